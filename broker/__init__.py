@@ -1,0 +1,1 @@
+"""Data brokers: replica manager, partition state (HW/LEO/ISR), replica fetcher, purgatory."""

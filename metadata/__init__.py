@@ -1,0 +1,1 @@
+"""The metadata quorum: metadata records, the MetadataImage, and the quorum controller."""

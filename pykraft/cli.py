@@ -1,0 +1,35 @@
+"""The ``pykraft`` command line.
+
+Each subcommand lives in its own module and registers itself through ``COMMANDS``: a name, a
+one-line help and the dotted path of a ``register(subparsers)`` function. Modules are imported only
+when needed so that ``pykraft --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> module providing ``add_parser(subparsers)``; the parser sets ``func``.
+COMMANDS: dict[str, str] = {
+    "demo": "pykraft.demo",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pykraft", description="A Kafka-style, Raft-replicated log.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMANDS.values():
+        importlib.import_module(module_name).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code = args.func(args)
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""PySpark Python Data Source for pykraft (format "pykraft")."""
