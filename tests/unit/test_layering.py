@@ -1,0 +1,66 @@
+"""Import layering (DESIGN.md) and sans-I/O cores (STYLE.md), checked on the source with ``ast``.
+
+Arrows: pykraft, spark -> proto; broker -> storage, metadata (image only), proto; metadata -> raft,
+proto; raft -> proto; storage -> proto. Core modules never import I/O or call module-level random.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OURS = {"proto", "raft", "metadata", "storage", "broker", "pykraft", "spark"}
+ALLOWED = {
+    "proto": set(),
+    "raft": {"proto"},
+    "storage": {"proto"},
+    "metadata": {"raft", "proto"},
+    "broker": {"storage", "metadata", "proto", "raft"},
+    "pykraft": {"proto", "storage"},
+    "spark": {"proto", "pykraft", "storage"},
+}
+# pykraft's process entry points start servers; they may import the server packages lazily.
+ENTRY_POINT_EXCEPTIONS = {"pykraft/cli.py", "pykraft/cluster.py", "pykraft/demo.py", "pykraft/cli_admin.py"}
+IO_MODULES = {"asyncio", "grpc", "socket", "threading", "time", "os", "subprocess", "select", "selectors"}
+CORE_MODULES = ["raft/core.py", "broker/partition.py", "metadata/controller.py", "metadata/image.py"]
+
+
+def imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    roots: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def package_files() -> list[Path]:
+    return [p for pkg in sorted(ALLOWED) for p in sorted((ROOT / pkg).rglob("*.py"))]
+
+
+@pytest.mark.parametrize("path", package_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_follow_the_arrows(path: Path) -> None:
+    rel = str(path.relative_to(ROOT))
+    if rel in ENTRY_POINT_EXCEPTIONS:
+        return
+    package = rel.split("/", maxsplit=1)[0]
+    wrong = (imported_roots(path) & OURS) - ALLOWED[package] - {package}
+    assert not wrong, f"{rel} imports {sorted(wrong)}; {package} may import only {sorted(ALLOWED[package])}"
+
+
+@pytest.mark.parametrize("rel", CORE_MODULES)
+def test_cores_are_sans_io(rel: str) -> None:
+    path = ROOT / rel
+    if not path.exists():
+        pytest.skip(f"{rel} is not written yet")
+    io = imported_roots(path) & IO_MODULES
+    assert not io, f"{rel} is a sans-I/O core but imports {sorted(io)}"
+    source = path.read_text()
+    assert "random.random(" not in source and "random.randint(" not in source, (
+        f"{rel} calls module-level random; inject a seeded random.Random"
+    )
