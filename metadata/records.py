@@ -1,0 +1,296 @@
+"""Metadata records: the frozen dataclasses the image and the controller use, and their codec.
+
+The metadata log is a sequence of Raft entries; each entry carries one ``MetadataBatch`` (see
+``proto/metadata.proto``): the records of one controller decision, applied all or nothing. A
+record's *offset* is the Raft index of its entry; a broker's epoch is the offset of its
+registration record.
+
+Records say what changed, never how to compute it: replay (``MetadataImage.apply``) derives the
+epoch bumps deterministically (``PartitionChangeRecord``: partition epoch + 1 always, leader epoch
++ 1 when the leader changes), so every controller and broker computes the same image.
+
+Only this module (and the gRPC edge) touches protobuf: ``encode_batch`` / ``decode_batch`` turn a
+tuple of records into the bytes of one Raft entry and back. Decoding bytes from the network or the
+disk that do not parse raises ``CorruptMetadataError``, never an assertion.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from proto import metadata_pb2 as pb
+
+NO_LEADER = -1  # Kafka's "no leader" partition leader id
+BROKER_EPOCH_FROM_OFFSET = 0  # RegisterBrokerRecord: the epoch is the offset of the record itself
+NO_RACK = ""
+
+
+class CorruptMetadataError(Exception):
+    """Bytes that claim to be a metadata batch or snapshot do not decode."""
+
+
+class ConfigResourceType(enum.IntEnum):
+    TOPIC = pb.TOPIC
+    CLUSTER = pb.CLUSTER  # cluster-wide defaults of topic configs; resource name ""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRecord:
+    broker_id: int
+    incarnation_id: str
+    endpoints: tuple[Endpoint, ...] = ()
+    rack: str = NO_RACK
+    fenced: bool = True
+    broker_epoch: int = BROKER_EPOCH_FROM_OFFSET
+    in_controlled_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRecord:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChangeRecord:
+    """``None`` = unchanged."""
+
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    name: str
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    """``leader``/``isr`` of ``None`` = unchanged."""
+
+    topic_id: str
+    partition: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopicRecord:
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    """``value`` of ``None`` deletes the override (the default applies again)."""
+
+    resource_type: ConfigResourceType
+    resource_name: str
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsRecord:
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+Record = (
+    RegisterBrokerRecord
+    | UnregisterBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | RemoveTopicRecord
+    | ConfigRecord
+    | ProducerIdsRecord
+)
+
+
+# ---- records -> protobuf ----------------------------------------------------------------------
+
+
+def _to_pb(record: Record) -> pb.MetadataRecord:
+    out = pb.MetadataRecord()
+    match record:
+        case PartitionChangeRecord():
+            r = out.partition_change
+            r.topic_id, r.partition = record.topic_id, record.partition
+            if record.leader is not None:
+                r.leader = record.leader
+            if record.isr is not None:
+                r.isr_changed = True
+                r.isr.extend(record.isr)
+        case PartitionRecord():
+            out.partition.CopyFrom(
+                pb.PartitionRecord(
+                    topic_id=record.topic_id,
+                    partition=record.partition,
+                    replicas=record.replicas,
+                    isr=record.isr,
+                    leader=record.leader,
+                    leader_epoch=record.leader_epoch,
+                    partition_epoch=record.partition_epoch,
+                )
+            )
+        case RegisterBrokerRecord():
+            out.register_broker.CopyFrom(
+                pb.RegisterBrokerRecord(
+                    broker_id=record.broker_id,
+                    incarnation_id=record.incarnation_id,
+                    endpoints=[pb.Endpoint(name=e.name, host=e.host, port=e.port) for e in record.endpoints],
+                    rack=record.rack,
+                    fenced=record.fenced,
+                    broker_epoch=record.broker_epoch,
+                    in_controlled_shutdown=record.in_controlled_shutdown,
+                )
+            )
+        case UnregisterBrokerRecord():
+            out.unregister_broker.CopyFrom(
+                pb.UnregisterBrokerRecord(broker_id=record.broker_id, broker_epoch=record.broker_epoch)
+            )
+        case BrokerRegistrationChangeRecord():
+            r = out.broker_registration_change
+            r.broker_id, r.broker_epoch = record.broker_id, record.broker_epoch
+            if record.fenced is not None:
+                r.fenced = record.fenced
+            if record.in_controlled_shutdown is not None:
+                r.in_controlled_shutdown = record.in_controlled_shutdown
+        case TopicRecord():
+            out.topic.CopyFrom(pb.TopicRecord(name=record.name, topic_id=record.topic_id))
+        case RemoveTopicRecord():
+            out.remove_topic.CopyFrom(pb.RemoveTopicRecord(topic_id=record.topic_id))
+        case ConfigRecord():
+            r = out.config
+            r.resource_type, r.resource_name, r.name = (
+                int(record.resource_type),
+                record.resource_name,
+                record.name,
+            )
+            if record.value is not None:
+                r.value = record.value
+        case ProducerIdsRecord():
+            out.producer_ids.CopyFrom(
+                pb.ProducerIdsRecord(
+                    broker_id=record.broker_id,
+                    broker_epoch=record.broker_epoch,
+                    next_producer_id=record.next_producer_id,
+                )
+            )
+        case _:
+            raise TypeError(f"not a metadata record: {record!r}")
+    return out
+
+
+# ---- protobuf -> records ----------------------------------------------------------------------
+
+
+def _from_pb(msg: pb.MetadataRecord) -> Record:
+    kind = msg.WhichOneof("record")
+    if kind == "partition_change":
+        r = msg.partition_change
+        return PartitionChangeRecord(
+            r.topic_id,
+            r.partition,
+            leader=r.leader if r.HasField("leader") else None,
+            isr=tuple(r.isr) if r.isr_changed else None,
+        )
+    if kind == "partition":
+        r = msg.partition
+        return PartitionRecord(
+            r.topic_id,
+            r.partition,
+            tuple(r.replicas),
+            tuple(r.isr),
+            r.leader,
+            r.leader_epoch,
+            r.partition_epoch,
+        )
+    if kind == "register_broker":
+        r = msg.register_broker
+        return RegisterBrokerRecord(
+            broker_id=r.broker_id,
+            incarnation_id=r.incarnation_id,
+            endpoints=tuple(Endpoint(e.name, e.host, e.port) for e in r.endpoints),
+            rack=r.rack,
+            fenced=r.fenced,
+            broker_epoch=r.broker_epoch,
+            in_controlled_shutdown=r.in_controlled_shutdown,
+        )
+    if kind == "unregister_broker":
+        return UnregisterBrokerRecord(msg.unregister_broker.broker_id, msg.unregister_broker.broker_epoch)
+    if kind == "broker_registration_change":
+        r = msg.broker_registration_change
+        return BrokerRegistrationChangeRecord(
+            r.broker_id,
+            r.broker_epoch,
+            fenced=r.fenced if r.HasField("fenced") else None,
+            in_controlled_shutdown=r.in_controlled_shutdown if r.HasField("in_controlled_shutdown") else None,
+        )
+    if kind == "topic":
+        return TopicRecord(msg.topic.name, msg.topic.topic_id)
+    if kind == "remove_topic":
+        return RemoveTopicRecord(msg.remove_topic.topic_id)
+    if kind == "config":
+        r = msg.config
+        if r.resource_type not in (pb.TOPIC, pb.CLUSTER):
+            raise CorruptMetadataError(f"config record with unknown resource type {r.resource_type}")
+        value = r.value if r.HasField("value") else None
+        return ConfigRecord(ConfigResourceType(r.resource_type), r.resource_name, r.name, value)
+    if kind == "producer_ids":
+        r = msg.producer_ids
+        return ProducerIdsRecord(r.broker_id, r.broker_epoch, r.next_producer_id)
+    raise CorruptMetadataError(f"metadata record of unknown kind {kind!r}")
+
+
+def encode_batch(records: tuple[Record, ...] | list[Record]) -> bytes:
+    """The bytes of one metadata-log entry."""
+    return pb.MetadataBatch(records=[_to_pb(r) for r in records]).SerializeToString()
+
+
+def decode_batch(data: bytes) -> tuple[Record, ...]:
+    """Records of one metadata-log entry; empty bytes (a barrier entry) decode to no records."""
+    try:
+        batch = pb.MetadataBatch.FromString(data)
+    except DecodeError as exc:
+        raise CorruptMetadataError(f"metadata batch of {len(data)} bytes does not decode: {exc}") from exc
+    return tuple(_from_pb(r) for r in batch.records)
+
+
+def encode_snapshot(offset: int, records: list[Record]) -> bytes:
+    return pb.MetadataSnapshot(offset=offset, records=[_to_pb(r) for r in records]).SerializeToString()
+
+
+def decode_snapshot(data: bytes) -> tuple[int, tuple[Record, ...]]:
+    """``(offset, records)`` of a snapshot."""
+    try:
+        snap = pb.MetadataSnapshot.FromString(data)
+    except DecodeError as exc:
+        raise CorruptMetadataError(f"metadata snapshot of {len(data)} bytes does not decode: {exc}") from exc
+    return snap.offset, tuple(_from_pb(r) for r in snap.records)
