@@ -1,0 +1,593 @@
+"""The partition log: an ordered list of segments in one directory, Kafka's ``UnifiedLog``.
+
+Offsets (Kafka's words)::
+
+    log_start_offset <= high_watermark <= log_end_offset
+    [log_start_offset, high_watermark)  committed: what consumers and Spark may read
+    [high_watermark, log_end_offset)    appended here, not yet known to be replicated enough
+    recovery_point <= log_end_offset    everything below is fsynced (data and indexes)
+
+Appending never decodes records: each v2 batch is validated (header, CRC-32C, size), then its
+``baseOffset`` and ``partitionLeaderEpoch`` — both outside the CRC — are patched in place, and the bytes
+are written as they are. An append is all-or-nothing: if any batch is bad, nothing is written.
+Reading slices the segment file (``os.pread``) at batch boundaries found through the sparse index.
+
+The files of a partition directory are described in ``storage.log_loader`` (checkpoints, clean shutdown
+marker, recovery) and ``storage.segment`` (segments and indexes).
+
+Thread-safety: none. One owner (the broker's partition driver) calls every method; no threads inside.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from proto import errors
+from storage import log_loader
+from storage.batch_header import (
+    ATTRIBUTES_POS,
+    CRC_POS,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    CorruptRecordError,
+    iter_batches,
+    patch_offset_and_epoch,
+)
+from storage.config import LOG_APPEND_TIME, LogConfig
+from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
+from storage.index import NO_TIMESTAMP
+from storage.segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment
+
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+_MAX_TIMESTAMP_POS = 35
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class UnexpectedAppendOffsetError(errors.InvalidRecordError):
+    """A follower append whose offsets do not continue the log (a replication bug, not bad user data)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append wrote: offsets, timestamps and sizes (Kafka's ``LogAppendInfo``)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # NO_TIMESTAMP unless the topic uses LogAppendTime
+    log_start_offset: int
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ValidBatches:
+    buffer: bytearray
+    headers: list[tuple[int, BatchHeader]]
+
+
+class Log:
+    """One partition's log in ``directory``.
+
+    Opening recovers after an unclean stop (see ``storage.log_loader``). Public methods:
+
+    - ``append_as_leader(batches, leader_epoch) -> LogAppendInfo``: validate, assign offsets from the
+      log end offset, stamp the leader epoch, write. Raises CorruptMessageError / InvalidRecordError /
+      MessageTooLargeError / RecordListTooLargeError / FencedLeaderEpochError; nothing is written then.
+    - ``append_as_follower(batches) -> LogAppendInfo``: keep the leader's offsets and epochs; they must
+      continue the log exactly (else UnexpectedAppendOffsetError).
+    - ``read(start_offset, max_bytes, max_offset=None) -> bytes``: whole raw batches from the one holding
+      ``start_offset``, none holding an offset >= ``max_offset`` (pass the HW), at least one batch even
+      when it exceeds ``max_bytes``; b"" at the end. OffsetOutOfRangeError outside
+      ``[log_start_offset, log_end_offset]``.
+    - ``offset_for_timestamp(timestamp) -> TimestampAndOffset | None`` (also EARLIEST/LATEST_TIMESTAMP).
+    - ``end_offset_for_epoch(leader_epoch) -> EpochEndOffset`` (OffsetsForLeaderEpoch).
+    - ``update_high_watermark(offset)``, ``maybe_increment_log_start_offset(offset) -> bool``,
+      ``delete_old_segments() -> int`` (retention.ms / retention.bytes / log start offset),
+      ``truncate_to(offset) -> bool``, ``truncate_fully_and_start_at(offset)``.
+    - ``flush()``, ``maybe_flush()`` (flush.ms), ``write_checkpoints()``, ``close()``, ``invariants()``.
+    - Properties: ``log_end_offset``, ``log_start_offset``, ``high_watermark``, ``recovery_point``,
+      ``size_bytes``, ``segment_base_offsets``, ``leader_epoch_cache``, ``latest_epoch``.
+
+    ``clock_ms`` gives the time for segment.ms, retention.ms, flush.ms and LogAppendTime; tests pass a
+    fake clock.
+    """
+
+    def __init__(
+        self, directory: Path, config: LogConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config or LogConfig()
+        self._clock_ms = clock_ms
+        self._checkpoints = log_loader.Checkpoints(self.directory)
+        loaded = log_loader.load_log(self.directory, self.config, self._checkpoints, clock_ms())
+        self.load_result = loaded
+        self._segments: list[LogSegment] = loaded.segments
+        self._bases = [segment.base_offset for segment in self._segments]
+        leo = self.log_end_offset
+        self._log_start_offset = min(max(loaded.log_start_offset, self._bases[0]), leo)
+        self._recovery_point = leo if loaded.had_clean_shutdown else min(loaded.recovery_point, leo)
+        hw = loaded.high_watermark if loaded.high_watermark is not None else self._log_start_offset
+        self._high_watermark = min(max(hw, self._log_start_offset), leo)
+        self._leader_epoch_cache = self._load_epoch_cache(loaded.epoch_starts)
+        self._unflushed_records = 0
+        self._last_flush_ms = clock_ms()
+        self._written: dict[str, int] = {}
+        self._closed = False
+        self.invariants()
+
+    def _load_epoch_cache(self, epoch_starts: list[tuple[int, int]]) -> LeaderEpochCache:
+        cache = LeaderEpochCache(self.directory)
+        cache.truncate_from_end(self.log_end_offset)
+        for epoch, start_offset in epoch_starts:
+            if epoch >= 0:
+                cache.assign(epoch, start_offset)
+        cache.truncate_from_start(self._log_start_offset)
+        return cache
+
+    # ------------------------------------------------------------------------------------- offsets
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> tuple[int, ...]:
+        return tuple(self._bases)
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        return self._leader_epoch_cache
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._leader_epoch_cache.latest_epoch
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def update_high_watermark(self, offset: int) -> None:
+        """Set the HW (the broker's replication logic decides it); kept in memory until a checkpoint."""
+        assert self._log_start_offset <= offset <= self.log_end_offset, (
+            f"{self.directory.name}: HW {offset} outside [log start {self._log_start_offset}, "
+            f"LEO {self.log_end_offset}]"
+        )
+        self._high_watermark = offset
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
+        """OffsetsForLeaderEpoch: the largest epoch <= ``leader_epoch`` and the offset where it ends."""
+        return self._leader_epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
+
+    # ------------------------------------------------------------------------------------- appends
+
+    def append_as_leader(self, batches: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
+        """Validate, assign offsets from the LEO and ``leader_epoch``, write. All or nothing."""
+        assert leader_epoch >= 0, f"leader epoch {leader_epoch} must be >= 0"
+        latest = self._leader_epoch_cache.latest_epoch
+        if latest is not None and leader_epoch < latest:
+            raise errors.FencedLeaderEpochError(
+                f"{self.directory.name}: append in leader epoch {leader_epoch}, but the log already has "
+                f"epoch {latest}; this leader is stale"
+            )
+        valid = self._validate(batches)
+        now_ms = self._clock_ms()
+        log_append_time = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
+        first_offset = offset = self.log_end_offset
+        appended = []
+        for position, header in valid.headers:
+            patch_offset_and_epoch(valid.buffer, position, offset, leader_epoch)
+            max_timestamp = header.max_timestamp
+            if log_append_time != NO_TIMESTAMP:
+                max_timestamp = _stamp_log_append_time(valid.buffer, position, header, log_append_time)
+            last_offset = offset + header.last_offset_delta
+            appended.append(AppendedBatch(position, header.size_in_bytes, last_offset, max_timestamp))
+            offset = last_offset + 1
+        info = self._append(valid, appended, first_offset, log_append_time, now_ms)
+        self._leader_epoch_cache.assign(leader_epoch, first_offset)
+        return info
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches fetched from the leader, keeping their offsets and leader epochs."""
+        valid = self._validate(batches)
+        expected = self.log_end_offset
+        appended = []
+        for position, header in valid.headers:
+            if header.base_offset != expected:
+                raise UnexpectedAppendOffsetError(
+                    f"{self.directory.name}: follower batch starts at offset {header.base_offset}, expected "
+                    f"{expected} (log end offset {self.log_end_offset}); truncate or refetch from the LEO"
+                )
+            appended.append(
+                AppendedBatch(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
+            )
+            expected = header.next_offset
+        info = self._append(valid, appended, valid.headers[0][1].base_offset, NO_TIMESTAMP, self._clock_ms())
+        for _, header in valid.headers:
+            if header.partition_leader_epoch >= 0:
+                self._leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        return info
+
+    def _validate(self, batches: bytes | bytearray | memoryview) -> _ValidBatches:
+        """Check every batch before anything is written; raise the first problem as a Kafka error."""
+        if not batches:
+            raise errors.CorruptMessageError(f"{self.directory.name}: an append needs at least one batch")
+        if len(batches) > self.config.segment_bytes:
+            raise errors.RecordListTooLargeError(
+                f"{len(batches)} bytes of batches exceed segment.bytes={self.config.segment_bytes}"
+            )
+        headers = []
+        try:
+            for position, header in iter_batches(batches):
+                self._check_batch(position, header)
+                headers.append((position, header))
+        except CorruptRecordError as exc:
+            raise errors.CorruptMessageError(
+                f"{self.directory.name}: batch {len(headers)} is corrupt: {exc.reason}"
+            ) from None
+        return _ValidBatches(bytearray(batches), headers)
+
+    def _check_batch(self, position: int, header: BatchHeader) -> None:
+        if header.size_in_bytes > self.config.max_message_bytes:
+            raise errors.MessageTooLargeError(
+                f"batch at byte {position} is {header.size_in_bytes} bytes, over max.message.bytes="
+                f"{self.config.max_message_bytes}; send smaller batches or raise the topic's setting"
+            )
+        if header.records_count != header.last_offset_delta + 1:
+            raise errors.InvalidRecordError(
+                f"batch at byte {position} has recordsCount {header.records_count} but lastOffsetDelta "
+                f"{header.last_offset_delta}; they must agree (count = lastOffsetDelta + 1)"
+            )
+
+    def _append(
+        self,
+        valid: _ValidBatches,
+        appended: list[AppendedBatch],
+        first_offset: int,
+        log_append_time: int,
+        now_ms: int,
+    ) -> LogAppendInfo:
+        self._maybe_roll(len(valid.buffer), appended, now_ms)
+        self.active_segment.append(valid.buffer, appended)
+        records = sum(header.records_count for _, header in valid.headers)
+        best = max(appended, key=lambda batch: batch.max_timestamp)
+        info = LogAppendInfo(
+            first_offset=first_offset,
+            last_offset=appended[-1].last_offset,
+            max_timestamp=best.max_timestamp,
+            offset_of_max_timestamp=best.last_offset,
+            log_append_time=log_append_time,
+            log_start_offset=self._log_start_offset,
+            num_batches=len(appended),
+            num_records=records,
+            valid_bytes=len(valid.buffer),
+        )
+        self._unflushed_records += records
+        self._maybe_flush_after_append(now_ms)
+        return info
+
+    # -------------------------------------------------------------------------------------- reads
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Raw whole batches from the one holding ``start_offset``, stopping before ``max_offset``.
+
+        At least one batch is returned when one is available, even when bigger than ``max_bytes``
+        (Kafka's rule, so that a consumer always makes progress).
+        """
+        self._check_readable(start_offset)
+        if max_bytes < 0:
+            raise errors.InvalidRequestError(f"max_bytes {max_bytes} must be >= 0")
+        end_offset = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if start_offset >= end_offset:
+            return b""
+        located = self._locate(start_offset)
+        if located is None:
+            return b""
+        segment, start_position, first_size = located
+        limit = segment.size_bytes
+        if end_offset < segment.next_offset:
+            end = segment.translate_offset(end_offset)
+            limit = end[0] if end is not None else limit
+        if limit <= start_position:
+            return b""
+        want = min(max(max_bytes, first_size), limit - start_position)
+        data = segment.read(start_position, start_position + want)
+        whole = segment.last_batch_end(start_position, data)
+        return data if whole == len(data) else data[:whole]
+
+    def _check_readable(self, offset: int) -> None:
+        if not self._log_start_offset <= offset <= self.log_end_offset:
+            raise errors.OffsetOutOfRangeError(
+                f"{self.directory.name}: offset {offset} is outside the log's range "
+                f"[{self._log_start_offset}, {self.log_end_offset}]"
+            )
+
+    def _locate(self, offset: int) -> tuple[LogSegment, int, int] | None:
+        """(segment, position, size) of the batch holding ``offset`` or the first one after it."""
+        index = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        for segment in self._segments[index:]:
+            found = segment.translate_offset(offset)
+            if found is not None:
+                return segment, found[0], found[1].size_in_bytes
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The first batch whose max timestamp is >= ``timestamp``: (its max timestamp, its offset).
+
+        The offset is the batch's base offset (never the log start or earlier): the broker does not
+        decode records, so a consumer may see a few records of that batch older than ``timestamp``.
+        EARLIEST_TIMESTAMP gives the log start offset, LATEST_TIMESTAMP the log end offset.
+        """
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset)
+        if timestamp < 0:
+            raise errors.InvalidRequestError(
+                f"timestamp {timestamp} must be >= 0, EARLIEST ({EARLIEST_TIMESTAMP}) "
+                f"or LATEST ({LATEST_TIMESTAMP})"
+            )
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp and segment.next_offset > self._log_start_offset:
+                found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    return TimestampAndOffset(*found)
+        return None
+
+    # ------------------------------------------------------------------------------ roll and flush
+
+    def _maybe_roll(self, incoming_bytes: int, appended: list[AppendedBatch], now_ms: int) -> None:
+        """Kafka's ``shouldRoll``: full, too old (segment.ms), or offsets past the int32 index range."""
+        active = self.active_segment
+        if active.size_bytes == 0:
+            return
+        if (
+            active.size_bytes + incoming_bytes > self.config.segment_bytes
+            or self._time_waited_for_roll_ms(active, appended, now_ms) > self.config.segment_ms
+            or appended[-1].last_offset - active.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            self.roll(now_ms)
+
+    @staticmethod
+    def _time_waited_for_roll_ms(active: LogSegment, appended: list[AppendedBatch], now_ms: int) -> int:
+        """Record time since the segment's first batch (KAFKA-4099), else wall time since creation."""
+        first = active.first_batch_timestamp
+        if first is not None and first >= 0:
+            return max(batch.max_timestamp for batch in appended) - first
+        return now_ms - active.created_ms
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op when the active one is empty)."""
+        active = self.active_segment
+        if active.size_bytes == 0:
+            return active
+        active.on_become_inactive()
+        # Index files reach the page cache now; fsync waits for flush() (a crash rescans from the
+        # recovery point, so an unsynced inactive segment is recovered like the active one).
+        active.flush(fsync=False)
+        now_ms = self._clock_ms() if now_ms is None else now_ms
+        segment = LogSegment.create(
+            self.directory, self.log_end_offset, self.config.index_interval_bytes, now_ms
+        )
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        return segment
+
+    def _maybe_flush_after_append(self, now_ms: int) -> None:
+        by_count = (
+            self.config.flush_messages is not None and self._unflushed_records >= self.config.flush_messages
+        )
+        if by_count or self._flush_ms_elapsed(now_ms):
+            self.flush()
+
+    def _flush_ms_elapsed(self, now_ms: int) -> bool:
+        return self.config.flush_ms is not None and now_ms - self._last_flush_ms >= self.config.flush_ms
+
+    def maybe_flush(self) -> bool:
+        """Flush when flush.ms has elapsed since the last flush (the broker calls this on a timer)."""
+        if self._unflushed_records and self._flush_ms_elapsed(self._clock_ms()):
+            self.flush()
+            return True
+        return False
+
+    def flush(self) -> None:
+        """fsync every segment holding offsets at or past the recovery point; advance it to the LEO."""
+        leo = self.log_end_offset
+        if self._recovery_point < leo:
+            first = max(bisect.bisect_right(self._bases, self._recovery_point) - 1, 0)
+            for segment in self._segments[first:-1]:
+                segment.flush(fsync=True)
+            self.active_segment.flush(fsync=True)
+            moved_segment = self._bases[first] != self.active_segment.base_offset
+            self._recovery_point = leo
+            if moved_segment:
+                self._write_if_changed("recovery_point", leo)
+        self._unflushed_records = 0
+        self._last_flush_ms = self._clock_ms()
+
+    def write_checkpoints(self) -> None:
+        """Persist HW, log start offset and recovery point (the broker calls this periodically)."""
+        self._write_if_changed("high_watermark", self._high_watermark)
+        self._write_if_changed("log_start_offset", self._log_start_offset)
+        self._write_if_changed("recovery_point", self._recovery_point)
+
+    def _write_if_changed(self, name: str, offset: int) -> None:
+        if self._written.get(name) != offset:
+            getattr(self._checkpoints, name).write(offset)
+            self._written[name] = offset
+
+    # ------------------------------------------------------------------------- retention, truncation
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset forward (DeleteRecords, or a follower following its leader)."""
+        if offset > self._high_watermark:
+            raise errors.OffsetOutOfRangeError(
+                f"{self.directory.name}: cannot move the log start offset to {offset}, past the high "
+                f"watermark {self._high_watermark}"
+            )
+        if offset <= self._log_start_offset:
+            return False
+        self._set_log_start_offset(offset)
+        return True
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self._log_start_offset = offset
+        self._leader_epoch_cache.truncate_from_start(offset)
+        self._write_if_changed("log_start_offset", offset)
+
+    def delete_old_segments(self) -> int:
+        """Delete whole segments below the HW past retention (time, size, log start); count deleted."""
+        now_ms = self._clock_ms()
+        deleted = self._delete_while(lambda segment, upper: upper <= self._log_start_offset)
+        if self.config.retention_ms is not None:
+            retention_ms = self.config.retention_ms
+            deleted += self._delete_while(
+                lambda segment, upper: now_ms - segment.max_timestamp > retention_ms
+            )
+        if self.config.retention_bytes is not None:
+            excess = [self.size_bytes - self.config.retention_bytes]
+
+            def over_size(segment: LogSegment, upper: int) -> bool:
+                if excess[0] - segment.size_bytes < 0:
+                    return False
+                excess[0] -= segment.size_bytes
+                return True
+
+            deleted += self._delete_while(over_size)
+        return deleted
+
+    def _delete_while(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+        doomed = []
+        for index, segment in enumerate(self._segments):
+            upper = self._bases[index + 1] if index + 1 < len(self._segments) else self.log_end_offset
+            if upper > self._high_watermark or segment.size_bytes == 0 or not predicate(segment, upper):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self.roll()
+        for segment in doomed:
+            segment.delete()
+        del self._segments[: len(doomed)]
+        del self._bases[: len(doomed)]
+        if self._bases[0] > self._log_start_offset:
+            self._set_log_start_offset(self._bases[0])
+        return len(doomed)
+
+    def truncate_to(self, offset: int) -> bool:
+        """Follower truncation: drop every batch holding an offset >= ``offset``; True if any was."""
+        assert offset >= 0, f"truncate_to({offset})"
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self._log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        while len(self._segments) > 1 and self._bases[-1] > offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+        self.active_segment.truncate_to(offset)
+        leo = self.log_end_offset
+        self._log_start_offset = min(self._log_start_offset, leo)
+        self._high_watermark = min(self._high_watermark, leo)
+        self._recovery_point = min(self._recovery_point, leo)
+        self._leader_epoch_cache.truncate_from_end(leo)
+        self._write_if_changed("recovery_point", self._recovery_point)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart empty at ``offset`` (a follower far behind its leader)."""
+        assert offset >= 0, f"truncate_fully_and_start_at({offset})"
+        for segment in self._segments:
+            segment.delete()
+        segment = LogSegment.create(
+            self.directory, offset, self.config.index_interval_bytes, self._clock_ms()
+        )
+        self._segments, self._bases = [segment], [offset]
+        self._log_start_offset = self._high_watermark = self._recovery_point = offset
+        self._leader_epoch_cache.clear()
+        self.write_checkpoints()
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoints and the clean-shutdown marker, close the files."""
+        if self._closed:
+            return
+        self.active_segment.on_become_inactive()
+        for segment in self._segments:
+            segment.flush(fsync=True)
+        self._recovery_point = self.log_end_offset
+        self.write_checkpoints()
+        log_loader.write_clean_shutdown_marker(self.directory)
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def invariants(self) -> None:
+        leo = self.log_end_offset
+        assert self._log_start_offset <= self._high_watermark <= leo, (
+            f"{self.directory.name}: log start {self._log_start_offset} <= HW {self._high_watermark} "
+            f"<= LEO {leo} violated"
+        )
+        assert self._recovery_point <= leo, f"recovery point {self._recovery_point} > LEO {leo}"
+        assert self._bases == sorted(set(self._bases)), f"segment bases not increasing: {self._bases}"
+        for segment, upper in zip(self._segments, [*self._bases[1:], None], strict=True):
+            segment.invariants()
+            assert upper is None or segment.next_offset <= upper, (
+                f"segment {segment.base_offset} ends at {segment.next_offset}, past the next segment {upper}"
+            )
+        self._leader_epoch_cache.invariants()
+        entries = self._leader_epoch_cache.entries
+        assert not entries or entries[-1].start_offset <= leo, f"epoch {entries[-1]} starts past LEO {leo}"
+
+
+def _stamp_log_append_time(buffer: bytearray, position: int, header: BatchHeader, now_ms: int) -> int:
+    """Set the LogAppendTime type and maxTimestamp (both inside the CRC), then recompute the CRC."""
+    _I16.pack_into(buffer, position + ATTRIBUTES_POS, header.attributes | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buffer, position + _MAX_TIMESTAMP_POS, now_ms)
+    end = position + header.size_in_bytes
+    _U32.pack_into(
+        buffer, position + CRC_POS, crc32c.crc32c(memoryview(buffer)[position + ATTRIBUTES_POS : end])
+    )
+    return now_ms
