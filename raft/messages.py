@@ -177,6 +177,9 @@ class Ready:
     # Proposals the core could not accept (not leader, or transferring): request ids with the
     # known leader (NO_NODE when unknown) so the driver can answer NOT_LEADER with a hint.
     rejected_proposals: list[tuple[int, int]] = field(default_factory=list)
+    # ReadIndex requests that failed because this node stopped being leader before confirming them:
+    # (request id, known leader or NO_NODE). Added by the core (reads are answered here, not in propose()).
+    rejected_reads: list[tuple[int, int]] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not (
@@ -189,4 +192,28 @@ class Ready:
             or self.committed
             or self.read_states
             or self.rejected_proposals
+            or self.rejected_reads
         )
+
+
+# ---- answers to propose() / read_index() / transfer_leadership() ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalAccepted:
+    """The leader appended the proposal at ``first_index..last_index`` in ``term``.
+
+    The proposal succeeded only if the entry committed at ``first_index`` later has this ``term``:
+    a leader that loses its term may see its uncommitted entries overwritten (Raft §5.3).
+    """
+
+    term: int
+    first_index: int
+    last_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotLeader:
+    """This node cannot accept the request; ``leader_hint`` is the node to retry at (NO_NODE if unknown)."""
+
+    leader_hint: int = NO_NODE
