@@ -1,0 +1,501 @@
+"""Raft benchmark: pykraft's raft (3 processes, synced rocksdict log, gRPC) vs PySyncObj (3 processes).
+
+    ./dev bench raft_bench [--entries 40000] [--latency-samples 1000] [--trials 5]
+
+Both clusters run on 127.0.0.1 in this run, one after the other, started by this script. Measured:
+
+1. throughput: committed 100-byte entries/s from one client with many proposals outstanding;
+2. latency: p50/p99 commit latency of one proposal at a time;
+3. failover: time from SIGKILL of the leader to the next committed entry (median of the trials;
+   the killed node is restarted from its data directory between trials).
+
+pykraft: the client is this process (grpc.aio) talking to ``python -m raft.server``; a Propose RPC
+carries a batch of entries and is answered after commit and apply; every node fsyncs its log (one
+synced WriteBatch per loop iteration). PySyncObj: the client is one of the node processes (its API
+is in-process), driven over stdin/stdout; its journal is in memory and never synced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ENTRY_BYTES = 100
+ELECTION_TIMEOUT_MS = 300  # pykraft randomizes in [300, 600) ms
+HEARTBEAT_MS = 50
+PSO_MIN_TIMEOUT_S, PSO_MAX_TIMEOUT_S = 0.3, 0.6  # the same election window for PySyncObj
+DEADLINE_S = 60.0
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def machine_info() -> str:
+    cpu = "unknown cpu"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{platform.node()}: {os.cpu_count()} cpus ({cpu}), {mem_gib:.0f} GiB, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}, load average {load}"
+    )
+
+
+# ---- pykraft ----------------------------------------------------------------------------------
+
+
+class PykraftCluster:
+    def __init__(self, tmp: Path) -> None:
+        ports = free_ports(3)
+        self.addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+        self.voters = ",".join(f"{i}@{a}" for i, a in self.addresses.items())
+        self.tmp = tmp
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def start(self, node_id: int) -> None:
+        cmd = [
+            sys.executable, "-m", "raft.server", "--node-id", str(node_id),
+            "--listen", self.addresses[node_id], "--voters", self.voters,
+            "--data-dir", str(self.tmp / f"n{node_id}"),
+            "--election-timeout-ms", str(ELECTION_TIMEOUT_MS), "--heartbeat-interval-ms", str(HEARTBEAT_MS),
+            "--snapshot-every-entries", "50000",
+        ]  # fmt: skip
+        self.procs[node_id] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+
+    def kill(self, node_id: int) -> None:
+        self.procs[node_id].send_signal(signal.SIGKILL)
+        self.procs[node_id].wait()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+
+
+class PykraftClient:
+    def __init__(self, addresses: dict[int, str]) -> None:
+        import grpc
+
+        from proto import raft_pb2, raft_pb2_grpc
+        from proto.serving import GRPC_OPTIONS
+
+        self.pb = raft_pb2
+        self.channels = {i: grpc.aio.insecure_channel(a, options=GRPC_OPTIONS) for i, a in addresses.items()}
+        self.stubs = {i: raft_pb2_grpc.RaftClientServiceStub(c) for i, c in self.channels.items()}
+        self.leader = 1
+
+    async def find_leader(self, exclude: int = 0) -> int:
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            for node_id, stub in self.stubs.items():
+                if node_id == exclude:
+                    continue
+                try:
+                    status = await stub.Status(self.pb.StatusRequest(), timeout=0.5)
+                except Exception:
+                    continue
+                if status.is_leader:
+                    self.leader = node_id
+                    return node_id
+            await asyncio.sleep(0.02)
+        raise RuntimeError("no pykraft leader within the deadline")
+
+    async def propose(self, entries: list[bytes], timeout_s: float = 5.0):
+        return await self.stubs[self.leader].Propose(
+            self.pb.ProposeRequest(entries=entries), timeout=timeout_s
+        )
+
+    async def propose_until_committed(self, entry: bytes, exclude: int) -> float:
+        """Propose to whoever leads (following hints), retrying until one commits; return its time."""
+        import grpc
+
+        while True:
+            try:
+                reply = await self.propose([entry], timeout_s=1.0)
+            except grpc.aio.AioRpcError:
+                reply = None
+            if reply is not None and reply.error_code == 0:
+                return time.monotonic()
+            if reply is not None and reply.leader.leader_id and reply.leader.leader_id != exclude:
+                self.leader = reply.leader.leader_id
+            else:
+                self.leader = (
+                    next(i for i in sorted(self.stubs) if i not in (exclude, self.leader))
+                    if len(self.stubs) > 2
+                    else self.leader
+                )
+                await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        for channel in self.channels.values():
+            await channel.close()
+
+
+async def pykraft_throughput(client: PykraftClient, total: int, batch: int, window: int) -> float:
+    payload = [os.urandom(ENTRY_BYTES) for _ in range(batch)]
+    sent = 0
+    start = time.perf_counter()
+
+    async def worker() -> None:
+        nonlocal sent
+        while sent < total:
+            sent += batch
+            reply = await client.propose(payload, timeout_s=30)
+            assert reply.error_code == 0, reply
+
+    await asyncio.gather(*(worker() for _ in range(window)))
+    return sent / (time.perf_counter() - start)
+
+
+async def pykraft_latency(client: PykraftClient, samples: int) -> list[float]:
+    payload = [os.urandom(ENTRY_BYTES)]
+    out = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        reply = await client.propose(payload)
+        out.append((time.perf_counter() - t0) * 1000)
+        assert reply.error_code == 0, reply
+    return out
+
+
+async def wait_caught_up(client: PykraftClient, node_id: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    leader = await client.find_leader()
+    target = (await client.stubs[leader].Status(client.pb.StatusRequest(), timeout=1)).commit_index
+    while time.monotonic() < deadline:
+        try:
+            status = await client.stubs[node_id].Status(client.pb.StatusRequest(), timeout=0.5)
+            if status.applied_index >= target and status.leader_id:
+                return
+        except Exception:
+            pass
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"node {node_id} did not catch up")
+
+
+async def pykraft_failover(cluster: PykraftCluster, client: PykraftClient, trials: int) -> list[float]:
+    out = []
+    for _ in range(trials):
+        leader = await client.find_leader()
+        for _ in range(20):  # a steady stream before the kill
+            await client.propose_until_committed(b"x" * ENTRY_BYTES, exclude=0)
+        cluster.kill(leader)
+        t_kill = time.monotonic()
+        t_commit = await client.propose_until_committed(b"y" * ENTRY_BYTES, exclude=leader)
+        out.append((t_commit - t_kill) * 1000)
+        cluster.start(leader)
+        await wait_caught_up(client, leader)
+    return out
+
+
+async def run_pykraft(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="raft-bench-") as tmp:
+        cluster = PykraftCluster(Path(tmp))
+        client = PykraftClient(cluster.addresses)
+        try:
+            for node_id in cluster.addresses:
+                cluster.start(node_id)
+            await client.find_leader()
+            await pykraft_throughput(client, 2000, 200, 4)  # warm up
+            tput = await pykraft_throughput(client, args.entries, args.batch, args.window)
+            lat = await pykraft_latency(client, args.latency_samples)
+            fail = await pykraft_failover(cluster, client, args.trials)
+        finally:
+            await client.close()
+            cluster.stop_all()
+    return {"throughput": tput, "latency": lat, "failover": fail}
+
+
+# ---- PySyncObj --------------------------------------------------------------------------------
+
+
+def pysyncobj_node(self_addr: str, partners: list[str], use_batch: bool) -> None:
+    """A PySyncObj node driven by JSON commands on stdin; answers one JSON line per command."""
+    from pysyncobj import SyncObj, SyncObjConf, replicated
+
+    class Log(SyncObj):
+        def __init__(self) -> None:
+            conf = SyncObjConf(
+                appendEntriesUseBatch=use_batch,
+                raftMinTimeout=PSO_MIN_TIMEOUT_S,
+                raftMaxTimeout=PSO_MAX_TIMEOUT_S,
+                dynamicMembershipChange=False,
+            )
+            super().__init__(self_addr, partners, conf)
+            self.count = 0
+
+        @replicated
+        def append(self, data: bytes) -> int:
+            self.count += 1
+            return self.count
+
+    node = Log()
+    stop_loop = threading.Event()
+
+    def reply(obj: dict) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    def commit_loop() -> None:
+        while not stop_loop.is_set():
+            try:
+                node.append(b"z" * ENTRY_BYTES, sync=True, timeout=0.2)
+            except Exception:
+                continue
+            reply({"committed_at": time.monotonic()})
+
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        if op == "status":
+            status = node.getStatus()
+            reply(
+                {
+                    "leader": node._isLeader(),
+                    "has_leader": status["leader"] is not None,
+                    "commit": status["commit_idx"],
+                }
+            )
+        elif op == "throughput":
+            reply({"rate": _pso_throughput(node, cmd["total"], cmd["window"])})
+        elif op == "latency":
+            out = []
+            for _ in range(cmd["samples"]):
+                t0 = time.perf_counter()
+                node.append(b"l" * ENTRY_BYTES, sync=True, timeout=5)
+                out.append((time.perf_counter() - t0) * 1000)
+            reply({"latency": out})
+        elif op == "commit_loop":
+            stop_loop.clear()
+            threading.Thread(target=commit_loop, daemon=True).start()
+        elif op == "stop_loop":
+            stop_loop.set()
+
+
+def _pso_throughput(node, total: int, window: int) -> float:  # type: ignore[no-untyped-def]
+    slots = threading.Semaphore(window)
+    done = threading.Event()
+    remaining = [total]
+    lock = threading.Lock()
+    payload = b"t" * ENTRY_BYTES
+
+    def callback(result, error) -> None:  # type: ignore[no-untyped-def]
+        slots.release()
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                done.set()
+
+    start = time.perf_counter()
+    for _ in range(total):
+        slots.acquire()
+        node.append(payload, callback=callback)
+    done.wait(DEADLINE_S)
+    return total / (time.perf_counter() - start)
+
+
+class PsoCluster:
+    def __init__(self, use_batch: bool) -> None:
+        ports = free_ports(3)
+        self.addresses = [f"127.0.0.1:{p}" for p in ports]
+        self.use_batch = use_batch
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.lines: dict[int, list[dict]] = {}
+
+    def start(self, i: int) -> None:
+        partners = [a for j, a in enumerate(self.addresses) if j != i]
+        cmd = [sys.executable, __file__, "pysyncobj-node", self.addresses[i], *partners]
+        if not self.use_batch:
+            cmd.append("--no-batch")
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.procs[i] = proc
+
+    def ask(self, i: int, op: dict) -> dict:
+        proc = self.procs[i]
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(op) + "\n")
+        proc.stdin.flush()
+        if op["op"] in ("commit_loop", "stop_loop"):
+            return {}
+        return json.loads(proc.stdout.readline())
+
+    def leader(self, exclude: int = -1) -> int:
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            for i in self.procs:
+                if i != exclude and self.procs[i].poll() is None and self.ask(i, {"op": "status"})["leader"]:
+                    return i
+            time.sleep(0.02)
+        raise RuntimeError("no PySyncObj leader")
+
+    def kill(self, i: int) -> None:
+        self.procs[i].send_signal(signal.SIGKILL)
+        self.procs[i].wait()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+
+
+def pso_failover(cluster: PsoCluster, trials: int) -> list[float]:
+    out = []
+    for _ in range(trials):
+        leader = cluster.leader()
+        driver = next(i for i in cluster.procs if i != leader)
+        cluster.ask(driver, {"op": "commit_loop"})
+        stdout = cluster.procs[driver].stdout
+        assert stdout is not None
+        for _ in range(20):
+            json.loads(stdout.readline())
+        cluster.kill(leader)
+        t_kill = time.monotonic()
+        while True:
+            t = json.loads(stdout.readline())["committed_at"]
+            if t > t_kill:
+                break
+        out.append((t - t_kill) * 1000)
+        cluster.ask(driver, {"op": "stop_loop"})
+        time.sleep(0.3)  # let the loop's last reply land before the next command
+        while True:  # drain replies of the loop's final iterations
+            import select
+
+            ready, _, _ = select.select([stdout], [], [], 0.3)
+            if not ready:
+                break
+            stdout.readline()
+        cluster.start(leader)
+        deadline = time.monotonic() + DEADLINE_S
+        while not cluster.ask(leader, {"op": "status"})["has_leader"]:
+            assert time.monotonic() < deadline, "restarted PySyncObj node found no leader"
+            time.sleep(0.05)
+    return out
+
+
+def run_pysyncobj(args: argparse.Namespace) -> dict:
+    batched = PsoCluster(use_batch=True)
+    try:
+        for i in range(3):
+            batched.start(i)
+        leader = batched.leader()
+        batched.ask(leader, {"op": "throughput", "total": 2000, "window": args.window * args.batch})
+        tput = batched.ask(
+            leader, {"op": "throughput", "total": args.entries, "window": args.window * args.batch}
+        )
+        fail = pso_failover(batched, args.trials)
+    finally:
+        batched.stop_all()
+    unbatched = PsoCluster(use_batch=False)
+    try:
+        for i in range(3):
+            unbatched.start(i)
+        leader = unbatched.leader()
+        lat = unbatched.ask(leader, {"op": "latency", "samples": args.latency_samples})["latency"]
+    finally:
+        unbatched.stop_all()
+    return {"throughput": tput["rate"], "latency": lat, "failover": fail}
+
+
+# ---- report -----------------------------------------------------------------------------------
+
+
+def report(args: argparse.Namespace, ours: dict, pso: dict) -> None:
+    print(f"machine: {machine_info()}")
+    print(
+        f"workload: {ENTRY_BYTES}-byte entries; throughput {args.entries} entries from one client with "
+        f"{args.window} Propose RPCs x {args.batch} entries outstanding (PySyncObj: "
+        f"{args.window * args.batch} async appends outstanding); latency {args.latency_samples} proposals "
+        f"one at a time; failover {args.trials} SIGKILLs of the leader"
+    )
+    print(
+        f"pykraft raft: 3 x `python -m raft.server`, election timeout {ELECTION_TIMEOUT_MS}-"
+        f"{2 * ELECTION_TIMEOUT_MS} ms, heartbeat {HEARTBEAT_MS} ms, rocksdict log synced (one fsync per "
+        "loop iteration), client over gRPC"
+    )
+    print(
+        f"PySyncObj 0.3.17: 3 processes, raftMinTimeout={PSO_MIN_TIMEOUT_S} "
+        f"raftMaxTimeout={PSO_MAX_TIMEOUT_S}, "
+        "in-memory journal (no fsync), client inside a node process; throughput and failover with its "
+        "default batching (appendEntriesUseBatch=True), latency with appendEntriesUseBatch=False"
+    )
+    rows = [
+        ("committed entries/s", ours["throughput"], pso["throughput"], "{:,.0f}"),
+        ("latency p50 ms", percentile(ours["latency"], 0.5), percentile(pso["latency"], 0.5), "{:.2f}"),
+        ("latency p99 ms", percentile(ours["latency"], 0.99), percentile(pso["latency"], 0.99), "{:.2f}"),
+        (
+            "failover median ms",
+            statistics.median(ours["failover"]),
+            statistics.median(pso["failover"]),
+            "{:.0f}",
+        ),
+    ]
+    print(f"{'metric':<22}{'pykraft':>14}{'PySyncObj':>14}")
+    for name, a, b, fmt in rows:
+        print(f"{name:<22}{fmt.format(a):>14}{fmt.format(b):>14}")
+    print(f"pykraft failover trials ms: {[round(x) for x in ours['failover']]}")
+    print(f"PySyncObj failover trials ms: {[round(x) for x in pso['failover']]}")
+    ratio = ours["throughput"] / pso["throughput"]
+    p50 = percentile(ours["latency"], 0.5)
+    fo = statistics.median(ours["failover"])
+    print(
+        f"targets: throughput {ratio:.1f}x PySyncObj (target >= 5x) {'MET' if ratio >= 5 else 'MISSED'}; "
+        f"p50 {p50:.2f} ms (target <= 3) {'MET' if p50 <= 3 else 'MISSED'}; "
+        f"failover median {fo:.0f} ms (target <= 1000) {'MET' if fo <= 1000 else 'MISSED'}"
+    )
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "pysyncobj-node":
+        rest = sys.argv[2:]
+        use_batch = "--no-batch" not in rest
+        addrs = [a for a in rest if a != "--no-batch"]
+        pysyncobj_node(addrs[0], addrs[1:], use_batch)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--entries", type=int, default=40_000)
+    parser.add_argument("--batch", type=int, default=500, help="entries per Propose RPC")
+    parser.add_argument("--window", type=int, default=8, help="Propose RPCs outstanding")
+    parser.add_argument("--latency-samples", type=int, default=1000)
+    parser.add_argument("--trials", type=int, default=5)
+    args = parser.parse_args()
+    ours = asyncio.run(run_pykraft(args))
+    pso = run_pysyncobj(args)
+    report(args, ours, pso)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
