@@ -1,0 +1,277 @@
+"""The Partition core (broker/partition.py): HW/LEO, ISR with pending changes, epochs, acks=all admission."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.divergence import EpochEndOffset, EpochEntry
+from broker.partition import (
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    AlterPartitionProposal,
+    Partition,
+    Role,
+)
+from proto.errors import ErrorCode
+
+LAG_MS = 1_000
+LEADER, F1, F2 = 1, 2, 3
+REPLICAS = (LEADER, F1, F2)
+
+
+def leader(
+    isr: tuple[int, ...] = REPLICAS,
+    leo: int = 10,
+    hw: int = 5,
+    min_isr: int = 2,
+    epoch: int = 3,
+    now_ms: int = 0,
+) -> Partition:
+    p = Partition("t", 0, LEADER, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=min_isr)
+    assert p.become_leader(epoch, 7, isr, REPLICAS, leo, hw, now_ms)
+    p.invariants()
+    return p
+
+
+def fetch(p: Partition, replica: int, offset: int, now_ms: int, epoch: int | None = 3):
+    entries = (EpochEntry(1, 0), EpochEntry(3, 4))
+    result = p.handle_follower_fetch(replica, offset, epoch, p.leader_epoch, entries, now_ms)
+    p.invariants()
+    return result
+
+
+def test_new_leader_hw_waits_for_every_isr_follower() -> None:
+    """A new leader forgets the followers' LEOs: the HW moves only once each ISR member fetched."""
+    p = leader()
+    assert p.maybe_increment_high_watermark() is None
+    assert fetch(p, F1, 10, 1).high_watermark_advanced_from is None
+    result = fetch(p, F2, 8, 2)
+    assert result.high_watermark_advanced_from == 5
+    assert p.high_watermark == 8  # min(10, 10, 8)
+
+
+def test_hw_is_min_leo_over_isr_and_monotonic() -> None:
+    """HW = max(HW, min LEO over the ISR): a follower fetching an older offset never lowers it."""
+    p = leader(isr=(LEADER, F1))
+    fetch(p, F1, 9, 1)
+    assert p.high_watermark == 9
+    assert p.on_local_append(15) is None
+    fetch(p, F1, 15, 2)
+    assert p.high_watermark == 15
+    assert p.remote_replica(F2) is not None and p.high_watermark == 15  # F2 is out of the ISR
+
+
+def test_single_replica_isr_hw_follows_leo() -> None:
+    p = leader(isr=(LEADER,), min_isr=1)
+    assert p.maybe_increment_high_watermark() == 5
+    assert p.high_watermark == 10
+    assert p.on_local_append(12) == 10
+    assert p.high_watermark == 12
+
+
+def test_divergent_fetch_records_no_leo() -> None:
+    """Kafka: a fetch that diverges proves nothing about the follower's log, so its LEO is not recorded."""
+    p = leader(isr=(LEADER, F1))
+    result = fetch(p, F1, 6, 1, epoch=2)  # the leader never had epoch 2: it ended epoch 1 at 4
+    assert result.diverging_epoch == EpochEndOffset(1, 4)
+    assert result.error is None
+    remote = p.remote_replica(F1)
+    assert remote is not None and remote.log_end_offset == -1
+    assert p.high_watermark == 5
+
+
+@pytest.mark.parametrize(
+    ("request_epoch", "code"),
+    [(3, None), (None, None), (2, ErrorCode.FENCED_LEADER_EPOCH), (4, ErrorCode.UNKNOWN_LEADER_EPOCH)],
+    ids=["current", "absent", "stale", "newer"],
+)
+def test_leader_epoch_fencing(request_epoch: int | None, code: ErrorCode | None) -> None:
+    """A stale leader epoch gets FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH."""
+    error = leader().check_leader(request_epoch)
+    assert (error.code if error else None) == code
+
+
+@pytest.mark.parametrize(
+    ("acks", "isr", "min_isr", "code"),
+    [
+        (ACKS_ALL, REPLICAS, 2, None),
+        (ACKS_ALL, (LEADER, F1), 2, None),
+        (ACKS_ALL, (LEADER,), 2, ErrorCode.NOT_ENOUGH_REPLICAS),
+        (ACKS_LEADER, (LEADER,), 2, None),
+        (ACKS_NONE, (LEADER,), 2, None),
+        (2, REPLICAS, 2, ErrorCode.INVALID_REQUIRED_ACKS),
+    ],
+    ids=["all-full-isr", "all-min-isr", "all-below-min-isr", "acks1-below-min-isr", "acks0", "bad-acks"],
+)
+def test_check_append(acks: int, isr: tuple[int, ...], min_isr: int, code: ErrorCode | None) -> None:
+    """acks=all requires |ISR| >= min.insync.replicas, else NOT_ENOUGH_REPLICAS before any append."""
+    error = leader(isr=isr, min_isr=min_isr).check_append(acks)
+    assert (error.code if error else None) == code
+    if error:
+        assert error.message
+
+
+def test_follower_refuses_produce() -> None:
+    p = Partition("t", 0, F1, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
+    p.become_follower(LEADER, 3, 7, REPLICAS, REPLICAS, 10, 5)
+    error = p.check_append(ACKS_LEADER)
+    assert error is not None and error.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_fetch_errors() -> None:
+    p = leader()
+    fenced = p.handle_follower_fetch(F1, 10, 3, 2, (), 0)
+    assert fenced.error is not None and fenced.error.code == ErrorCode.FENCED_LEADER_EPOCH
+    stranger = p.handle_follower_fetch(9, 10, 3, 3, (), 0)
+    assert stranger.error is not None and stranger.error.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    beyond = p.handle_follower_fetch(F1, 11, None, 3, (), 0)
+    assert beyond.error is not None and beyond.error.code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_stale_broker_epoch_is_refused() -> None:
+    """A fetch from an older incarnation of a follower (lower broker epoch) gets STALE_BROKER_EPOCH."""
+    p = leader()
+    entries = (EpochEntry(3, 0),)
+    assert p.handle_follower_fetch(F1, 10, 3, 3, entries, 1, broker_epoch=50).error is None
+    zombie = p.handle_follower_fetch(F1, 10, 3, 3, entries, 2, broker_epoch=40)
+    assert zombie.error is not None and zombie.error.code == ErrorCode.STALE_BROKER_EPOCH
+
+
+def test_shrink_isr_after_lag_time_then_commit() -> None:
+    """A follower that has not caught up to the leader's LEO within replica.lag.time.max.ms leaves the ISR,
+    but only once the controller commits it; meanwhile the HW still waits for it (maximal ISR)."""
+    p = leader(isr=REPLICAS)
+    fetch(p, F1, 10, 100)
+    fetch(p, F2, 7, 100)
+    assert p.high_watermark == 7
+    assert p.maybe_shrink_isr(LAG_MS) is None  # within the window granted at become_leader
+    proposal = p.maybe_shrink_isr(LAG_MS + 1)
+    assert proposal == AlterPartitionProposal("t", 0, LEADER, 3, 7, (LEADER, F1))
+    assert p.maybe_shrink_isr(LAG_MS + 2) is None  # one proposal at a time
+    assert p.isr == frozenset(REPLICAS)
+    assert p.high_watermark == 7
+    assert p.handle_alter_partition_response(proposal, ErrorCode.NONE, 3, 8, (LEADER, F1)) == 7
+    assert p.isr == {LEADER, F1} and p.partition_epoch == 8 and p.high_watermark == 10
+    p.invariants()
+
+
+def test_follower_caught_up_at_its_previous_fetch_stays_in_sync() -> None:
+    """Kafka's lastCaughtUpTime: fetching at least the leader LEO of the previous fetch counts as caught
+    up at the previous fetch's time, so a steady stream of appends does not evict a keeping-up follower."""
+    p = leader(isr=(LEADER, F1), now_ms=0)
+    t = 0
+    for leo in range(11, 30):
+        t += 400
+        p.on_local_append(leo)
+        fetch(p, F1, leo - 1, t)  # always one behind the current LEO, but at the previous LEO
+        assert p.maybe_shrink_isr(t) is None, f"evicted at t={t}"
+
+
+def test_expand_isr_needs_hw_and_epoch_start() -> None:
+    """A follower rejoins when its LEO >= HW and >= the leader's start offset of the current epoch;
+    the HW counts it at once (maximal ISR) while the expansion is pending."""
+    p = leader(isr=(LEADER, F1), leo=10, hw=5)
+    fetch(p, F1, 10, 1)
+    assert p.high_watermark == 10
+    assert fetch(p, F2, 9, 2).isr_proposal is None  # below the HW
+    result = fetch(p, F2, 10, 3)
+    assert result.isr_proposal == AlterPartitionProposal("t", 0, LEADER, 3, 7, (LEADER, F1, F2))
+    assert p.isr == {LEADER, F1} and p.maximal_isr == set(REPLICAS)
+    p.on_local_append(12)
+    fetch(p, F1, 12, 4)
+    assert p.high_watermark == 10  # F2 (pending) holds it
+    assert p.check_enough_replicas_reach_offset(11, 3).done is False
+
+
+def test_expand_below_epoch_start_is_refused() -> None:
+    """Kafka's isFollowerInSync: LEO >= HW is not enough; the follower must also hold the leader's
+    start offset of this epoch, or a new leader could count a follower that still has to truncate."""
+    p = leader(isr=(LEADER, F2), leo=10, hw=5)
+    assert p.leader_epoch_start_offset == 10
+    assert fetch(p, F1, 8, 1).isr_proposal is None  # >= HW 5 but below the epoch start 10
+    assert fetch(p, F1, 10, 2).isr_proposal is not None
+
+
+@pytest.mark.parametrize(
+    ("error", "pending_cleared"),
+    [
+        (ErrorCode.OPERATION_NOT_ATTEMPTED, True),
+        (ErrorCode.INELIGIBLE_REPLICA, True),
+        (ErrorCode.INVALID_UPDATE_VERSION, False),
+        (ErrorCode.FENCED_LEADER_EPOCH, False),
+    ],
+    ids=["not-attempted", "ineligible", "invalid-version", "fenced"],
+)
+def test_alter_partition_error(error: ErrorCode, pending_cleared: bool) -> None:
+    """Kafka retries only OPERATION_NOT_ATTEMPTED / INELIGIBLE_REPLICA; otherwise it waits for metadata."""
+    p = leader(isr=REPLICAS)
+    proposal = p.maybe_shrink_isr(LAG_MS + 1)
+    assert proposal is not None
+    assert p.handle_alter_partition_response(proposal, error) is None
+    assert (p.pending_isr is None) == pending_cleared
+    assert p.isr == frozenset(REPLICAS)
+
+
+def test_metadata_update_ends_pending_and_stale_response_is_ignored() -> None:
+    """The ISR change arriving through the metadata log (same leader epoch, newer partition epoch)
+    commits it; a late AlterPartition answer to the old proposal changes nothing."""
+    p = leader(isr=REPLICAS)
+    proposal = p.maybe_shrink_isr(LAG_MS + 1)
+    assert proposal is not None
+    assert p.become_leader(3, 8, (LEADER,), REPLICAS, 10, 5, LAG_MS + 2) is False
+    assert p.pending_isr is None and p.isr == {LEADER}
+    assert p.become_leader(3, 7, REPLICAS, REPLICAS, 10, 5, LAG_MS + 3) is False  # stale: ignored
+    assert p.isr == {LEADER}
+    assert p.handle_alter_partition_response(proposal, ErrorCode.NONE, 3, 8, (LEADER,)) is None
+
+
+def test_delayed_produce_check() -> None:
+    p = leader(isr=(LEADER, F1), min_isr=2)
+    assert p.check_enough_replicas_reach_offset(8, 3).done is False
+    fetch(p, F1, 9, 1)
+    assert p.check_enough_replicas_reach_offset(8, 3).code == ErrorCode.NONE
+    lost = p.check_enough_replicas_reach_offset(8, 2)
+    assert lost.done and lost.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    p.become_leader(3, 8, (LEADER,), REPLICAS, 10, 9, 2)
+    p.maybe_increment_high_watermark()
+    after = p.check_enough_replicas_reach_offset(10, 3)
+    assert after.done and after.code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+@pytest.mark.parametrize(
+    ("leader_hw", "leo", "start_hw", "expected_hw"),
+    [(8, 10, 5, 8), (12, 10, 5, 10), (3, 10, 5, 5)],
+    ids=["leader-hw", "capped-at-own-leo", "never-lowered"],
+)
+def test_follower_hw(leader_hw: int, leo: int, start_hw: int, expected_hw: int) -> None:
+    """A follower's HW is min(leader HW, own LEO), and never goes back within an epoch."""
+    p = Partition("t", 0, F1, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
+    p.become_follower(LEADER, 3, 7, REPLICAS, REPLICAS, leo, start_hw)
+    p.update_follower_high_watermark(leader_hw)
+    assert p.high_watermark == expected_hw
+    p.invariants()
+
+
+def test_follower_truncation_caps_hw() -> None:
+    p = Partition("t", 0, F1, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
+    p.become_follower(LEADER, 3, 7, REPLICAS, REPLICAS, 10, 4)
+    p.on_local_truncate(8)
+    assert (p.log_end_offset, p.high_watermark) == (8, 4)
+    p.invariants()
+
+
+def test_follower_becomes_leader_keeps_known_hw() -> None:
+    p = Partition("t", 0, F1, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
+    p.become_follower(LEADER, 3, 7, REPLICAS, REPLICAS, 10, 4)
+    p.update_follower_high_watermark(9)
+    assert p.become_leader(4, 8, (F1, F2), REPLICAS, 10, 4, 0)
+    assert p.role is Role.LEADER and p.high_watermark == 9 and p.leader_epoch_start_offset == 10
+    p.invariants()
+
+
+def test_invariants_catch_hw_falling_within_epoch() -> None:
+    p = leader()
+    p.high_watermark = 4  # what a bug would do
+    with pytest.raises(AssertionError, match="HW fell from 5 to 4"):
+        p.invariants()
