@@ -127,7 +127,9 @@ def _gunzip(data: bytes | memoryview) -> bytes:
 def _xerial_snappy_compress(data: bytes) -> bytes:
     parts = [XERIAL_HEADER]
     view = memoryview(data)
-    for start in range(0, len(data), XERIAL_BLOCK_BYTES):
+    # At least one block, even for empty input: readers that detect the framing by "longer than the
+    # 16-byte header" (kafka-python) would otherwise take a bare header for raw snappy.
+    for start in range(0, max(len(data), 1), XERIAL_BLOCK_BYTES):
         block = bytes(cramjam.snappy.compress_raw(view[start : start + XERIAL_BLOCK_BYTES]))
         parts.append(_I32.pack(len(block)))
         parts.append(block)

@@ -38,6 +38,12 @@ def test_snappy_writes_xerial_framing_in_32k_blocks() -> None:
     assert [len(b) for b in blocks[:-1]] == [XERIAL_BLOCK_BYTES] * (len(blocks) - 1)
 
 
+def test_snappy_of_nothing_is_one_empty_block() -> None:
+    """A bare 16-byte xerial header reads as raw snappy to kafka-python, so even b"" gets a block."""
+    assert compress(CompressionType.SNAPPY, b"") == XERIAL_HEADER + b"\x00\x00\x00\x01\x00"
+    assert decompress(CompressionType.SNAPPY, XERIAL_HEADER) == b""
+
+
 @pytest.mark.parametrize(
     ("codec", "foreign"),
     [
