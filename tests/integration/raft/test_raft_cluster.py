@@ -1,0 +1,202 @@
+"""Raft quorums of real ``python -m raft.server`` processes on 127.0.0.1 (issue 3 §5).
+
+Each test names the rule it checks: failover after SIGKILL of the leader with no acknowledged entry
+lost (Raft §5.4 Leader Completeness + durability before acknowledgement), a stopped follower
+catching up (§5.3), restart from disk (Figure 2 persistent state), PreVote keeping a rejoining node
+from disturbing the leader (thesis §9.6), InstallSnapshot for a follower behind the compacted log
+(§7), and a corrupt data directory refused at the command line.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from raft_cluster import ROOT, RaftCluster, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+FAILOVER_LIMIT_S = 2.0
+
+
+class SteadyProposer(threading.Thread):
+    """Proposes numbered entries one at a time, following the leader; records every acknowledgement."""
+
+    def __init__(self, cluster: RaftCluster) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.acked: list[tuple[int, bytes, float]] = []  # (index, data, monotonic time of the ack)
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        seq = 0
+        try:
+            while not self.stop_event.is_set():
+                data = f"entry-{seq}".encode()
+                first, _ = self.cluster.propose_committed([data])
+                self.acked.append((first, data, time.monotonic()))
+                seq += 1
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def finish(self) -> list[tuple[int, bytes]]:
+        self.stop_event.set()
+        self.join(timeout=30)
+        assert self.error is None, f"proposer failed: {self.error}"
+        return [(index, data) for index, data, _ in self.acked]
+
+
+def assert_logs_hold(cluster: RaftCluster, nodes: list[int], acked: list[tuple[int, bytes]]) -> None:
+    """Every acknowledged entry is on every node at its index, and committed logs agree."""
+    logs = {n: cluster.read_log(n) for n in nodes}
+    for node, records in logs.items():
+        by_index = dict(records)
+        lost = [(i, d) for i, d in acked if by_index.get(i) != d]
+        assert not lost, f"node {node} lost acknowledged entries {lost[:5]} (of {len(lost)})"
+    shortest = min(len(r) for r in logs.values())
+    prefixes = {n: r[:shortest] for n, r in logs.items()}
+    assert len({tuple(p) for p in prefixes.values()}) == 1, f"committed logs diverge: {prefixes}"
+
+
+@pytest.mark.parametrize("size", [3, 5], ids=["3-voters", "5-voters"])
+def test_leader_sigkill_under_load(make_cluster, size: int) -> None:
+    """Raft §5.2/§5.4: after SIGKILL of the leader a new leader commits within 2 s, and every entry
+    acknowledged before or after the crash survives on every node (entries are synced before ack)."""
+    cluster = make_cluster(size)
+    old_leader = cluster.leader()
+    proposer = SteadyProposer(cluster)
+    proposer.start()
+    wait_until(lambda: len(proposer.acked) >= 30, "30 acknowledged entries before the crash")
+    cluster.signal(old_leader, signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_until(lambda: proposer.acked[-1][2] > killed_at, "a commit after the crash", timeout_s=10)
+    first_after = next(t for _, _, t in proposer.acked if t > killed_at)
+    wait_until(
+        lambda: len([a for a in proposer.acked if a[2] > killed_at]) >= 20, "20 commits after the crash"
+    )
+    acked = proposer.finish()
+    assert first_after - killed_at <= FAILOVER_LIMIT_S, (
+        f"first commit {first_after - killed_at:.2f} s after SIGKILL"
+    )
+    assert cluster.leader() != old_leader
+    cluster.start(old_leader)
+    cluster.wait_applied(cluster.ids, acked[-1][0])
+    assert_logs_hold(cluster, cluster.ids, acked)
+
+
+def test_stopped_follower_resumes_and_catches_up(make_cluster) -> None:
+    """Raft §5.3: a follower frozen by SIGSTOP does not stop the majority from committing; after SIGCONT
+    it receives everything it missed and its log matches the leader's."""
+    cluster = make_cluster(3)
+    leader = cluster.leader()
+    follower = next(n for n in cluster.ids if n != leader)
+    before = [cluster.propose_committed([f"a{i}".encode()]) for i in range(10)]
+    cluster.signal(follower, signal.SIGSTOP)
+    try:
+        during = [cluster.propose_committed([f"b{i}".encode(), f"c{i}".encode()]) for i in range(30)]
+    finally:
+        cluster.signal(follower, signal.SIGCONT)
+    last = during[-1][1]
+    cluster.wait_applied(cluster.ids, last)
+    assert before[-1][1] < during[0][0]
+    acked = cluster.read_log(cluster.leader())
+    assert len(acked) == 10 + 60
+    assert_logs_hold(cluster, cluster.ids, acked)
+
+
+def test_restart_every_node_from_its_data_directory(make_cluster) -> None:
+    """Raft Figure 2: term, vote and log are persistent; after SIGKILL of every node and a restart,
+    every node holds the same committed log with every acknowledged entry (snapshots included)."""
+    cluster = make_cluster(3, snapshot_every=25)
+    acked = []
+    for i in range(40):
+        first, last = cluster.propose_committed([f"r{i}-{j}".encode() for j in range(3)])
+        acked += [(first + j, f"r{i}-{j}".encode()) for j in range(last - first + 1)]
+    for node in cluster.ids:
+        cluster.signal(node, signal.SIGKILL)
+    cluster.start_all()
+    cluster.leader()
+    first, _ = cluster.propose_committed([b"after-restart"])
+    acked.append((first, b"after-restart"))
+    cluster.wait_applied(cluster.ids, first)
+    assert_logs_hold(cluster, cluster.ids, acked)
+    logs = [cluster.read_log(n) for n in cluster.ids]
+    assert logs[0] == logs[1] == logs[2]
+    assert [d for _, d in logs[0]] == [d for _, d in acked]
+
+
+def test_partitioned_node_rejoins_without_disturbing_the_leader(make_cluster) -> None:
+    """Raft thesis §9.6 PreVote: a node cut off from the quorum keeps timing out but cannot raise its
+    term, so when the partition heals the leader and the term are unchanged."""
+    cluster = make_cluster(3)
+    leader = cluster.leader()
+    term = cluster.status(leader).term
+    isolated = next(n for n in cluster.ids if n != leader)
+    others = [n for n in cluster.ids if n != isolated]
+    cluster.partition(isolated, others)
+    for node in others:
+        cluster.partition(node, [isolated])
+    for i in range(10):
+        cluster.propose_committed([f"p{i}".encode()])
+    wait_until(lambda: cluster.status(isolated).leader_id == 0, "the isolated node to lose its leader")
+    for node in cluster.ids:
+        cluster.partition(node, [])
+    first, _ = cluster.propose_committed([b"healed"])
+    cluster.wait_applied(cluster.ids, first)
+    statuses = {n: cluster.status(n) for n in cluster.ids}
+    assert {s.term for s in statuses.values()} == {term}, {n: s.term for n, s in statuses.items()}
+    assert {s.leader_id for s in statuses.values()} == {leader}
+    assert_logs_hold(cluster, cluster.ids, cluster.read_log(leader))
+
+
+def test_follower_behind_the_snapshot_gets_install_snapshot(make_cluster) -> None:
+    """Raft §7: a follower that missed entries the leader has compacted away is sent the snapshot
+    (streamed in chunks) and then the log after it."""
+    cluster = make_cluster(3, snapshot_every=20)
+    leader = cluster.leader()
+    follower = next(n for n in cluster.ids if n != leader)
+    cluster.signal(follower, signal.SIGKILL)
+    acked = []
+    for i in range(30):
+        first, last = cluster.propose_committed([f"s{i}-{j}".encode() for j in range(4)])
+        acked += [(first + j, f"s{i}-{j}".encode()) for j in range(last - first + 1)]
+    cluster.start(follower)
+    cluster.wait_applied(cluster.ids, acked[-1][0])
+    assert_logs_hold(cluster, cluster.ids, acked)
+    assert "installed the leader's snapshot" in (cluster.tmp / f"node{follower}.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        pytest.param(lambda d: None, ["--voters", "1@127.0.0.1:1,2@x"], "voter '2@x'", id="bad-voters"),
+        pytest.param(
+            lambda d: None, ["--voters", "2@127.0.0.1:1"], "node 1 is not a voter", id="not-a-voter"
+        ),
+        pytest.param(
+            lambda d: (d / "raft").mkdir(parents=True) or (d / "raft" / "junk").write_text("x"),
+            [],
+            "holds no RocksDB",
+            id="foreign-data-dir",
+        ),
+    ],
+)
+def test_bad_start_exits_with_one_clear_line(tmp_path: Path, setup, args: list[str], message: str) -> None:
+    """Bad input gets a named error and an actionable message on stderr, exit status 2, no traceback."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    setup(data_dir)
+    base = {"--voters": "1@127.0.0.1:1"}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    cmd = [sys.executable, "-m", "raft.server", "--node-id", "1", "--listen", "127.0.0.1:0"]
+    cmd += ["--data-dir", str(data_dir)] + [x for kv in base.items() for x in kv]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2, result
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
