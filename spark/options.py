@@ -29,11 +29,6 @@ a query whose meaning depends on a precedence table is a query someone misreads.
 options configure a Kafka consumer, which this source does not have (it speaks gRPC), so they are
 refused by name rather than silently ignored.
 
-Test-only options (leading underscore; never needed in production): ``_testClientFactory`` =
-``module:callable`` building the broker client from these options, and ``_testClientArg``, a string
-handed to that factory. They exist so the Data Source can be driven end to end in Spark against an
-in-memory cluster; see ``spark/fake_client.py``.
-
 Everything here is pure: ``parse_options(raw, streaming=...)`` returns a frozen ``SourceOptions`` or
 raises ``InvalidOptionError`` naming the option, before any Spark job runs.
 """
@@ -144,8 +139,6 @@ class SourceOptions:
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     fetch_offset_num_retries: int = DEFAULT_FETCH_OFFSET_NUM_RETRIES
     fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
-    test_client_factory: str | None = None
-    test_client_arg: str | None = None
 
 
 # Spark's spelling of every option; the DataSource hands us lower-cased keys.
@@ -155,20 +148,26 @@ KNOWN_OPTIONS = (
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
     "minPartitions", "maxRecordsPerPartition", "includeHeaders", "failOnDataLoss",
     "maxOffsetsPerTrigger", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-    "fetchOffset.retryIntervalMs", "_testClientFactory", "_testClientArg",
+    "fetchOffset.retryIntervalMs",
 )  # fmt: skip
 _SPELLING = {name.lower(): name for name in KNOWN_OPTIONS}
 _STREAMING_ONLY = ("maxOffsetsPerTrigger",)
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 
 
-def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    """Parse and validate every option; raise ``InvalidOptionError`` naming the first bad one."""
+def parse_options(raw: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
+    """Parse and validate every option; raise ``InvalidOptionError`` naming the first bad one.
+
+    ``streaming=None`` means the mode is not known yet (``DataSource.schema()`` runs before Spark
+    says batch or stream): everything but the batch-only / streaming-only rules is checked.
+    """
     opts = _normalize(raw)
-    _check_mode(opts, streaming=streaming)
+    if streaming is not None:
+        _check_mode(opts, streaming=streaming)
     starting = _offset_spec(opts, "starting", default=LATEST if streaming else EARLIEST)
     ending = _offset_spec(opts, "ending", default=LATEST)
-    _check_batch_bounds(starting, ending, streaming=streaming)
+    if streaming is False:
+        _check_batch_bounds(starting, ending)
     return SourceOptions(
         bootstrap_servers=_bootstrap_servers(opts),
         subscription=_subscription(opts),
@@ -187,8 +186,6 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         fetch_offset_retry_interval_ms=_non_negative_int(
             opts, "fetchOffset.retryIntervalMs", DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
         ),
-        test_client_factory=opts.get("_testClientFactory"),
-        test_client_arg=opts.get("_testClientArg"),
     )
 
 
@@ -224,8 +221,6 @@ def _check_mode(opts: Mapping[str, str], *, streaming: bool) -> None:
 
 
 def _bootstrap_servers(opts: Mapping[str, str]) -> tuple[str, ...]:
-    if "_testClientFactory" in opts and "bootstrap.servers" not in opts:
-        return ()
     raw = opts.get("bootstrap.servers")
     if raw is None:
         raise InvalidOptionError("bootstrap.servers", "is required: host:port of one or more brokers")
@@ -302,10 +297,8 @@ def _offset_spec(opts: Mapping[str, str], side: str, *, default: OffsetSpec) -> 
     return OffsetSpec(OffsetSpecKind.OFFSETS, per_partition=per_partition, option=name)
 
 
-def _check_batch_bounds(starting: OffsetSpec, ending: OffsetSpec, *, streaming: bool) -> None:
+def _check_batch_bounds(starting: OffsetSpec, ending: OffsetSpec) -> None:
     """Spark's batch rules: a batch cannot start at latest nor end at earliest."""
-    if streaming:
-        return
     if starting.kind is OffsetSpecKind.LATEST or LATEST_OFFSET in starting.as_dict().values():
         raise InvalidOptionError(starting.option, "a batch query cannot start at latest (-1)")
     if ending.kind is OffsetSpecKind.EARLIEST or EARLIEST_OFFSET in ending.as_dict().values():

@@ -132,8 +132,13 @@ def plan_batch(
     offsets: Mapping[TopicPartition, PartitionOffsets],
     start_times: Mapping[TopicPartition, int | None] | None = None,
     end_times: Mapping[TopicPartition, int | None] | None = None,
+    *,
+    split: bool = True,
 ) -> Plan:
-    """Resolve startingOffsets/endingOffsets against the snapshot, check them, split the ranges."""
+    """Resolve startingOffsets/endingOffsets against the snapshot, check them, split the ranges.
+
+    ``split=False`` leaves splitting to the caller (filter pushdown narrows the ranges first).
+    """
     starts = resolve_offsets(options.starting, partitions, offsets, start_times or {}, options, is_start=True)
     ends = resolve_offsets(options.ending, partitions, offsets, end_times or {}, options, is_start=False)
     ranges: list[OffsetRange] = []
@@ -155,8 +160,9 @@ def plan_batch(
         start, warning = check_data_loss(tp, start, bounds.log_start_offset, options.fail_on_data_loss)
         warnings.extend(warning)
         ranges.append(OffsetRange(tp, start, max(start, end)))
-    split = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
-    return Plan(tuple(split), tuple(warnings))
+    if split:
+        ranges = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    return Plan(tuple(ranges), tuple(warnings))
 
 
 def resolve_offsets(
