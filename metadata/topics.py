@@ -72,8 +72,7 @@ def validate_assignment(
     if sorted(assignment) != expected:
         return ApiError(
             Code.INVALID_REPLICA_ASSIGNMENT,
-            f"assignment must cover partitions from {first_partition} without gaps, "
-            f"got {sorted(assignment)}",
+            f"assignment must cover partitions from {first_partition} without gaps, got {sorted(assignment)}",
         )
     sizes = {len(r) for r in assignment.values()}
     for partition, replicas in sorted(assignment.items()):

@@ -1,0 +1,215 @@
+"""The controller process: one voter of the metadata quorum, serving AdminService and ControllerService.
+
+    pykraft controller --node-id 1 --listen 127.0.0.1:9093 \\
+        --voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 --data-dir DIR \\
+        [--override broker.session.timeout.ms=9000] [--override default.replication.factor=3] ...
+
+One gRPC port serves RaftService (the other voters), AdminService (clients), ControllerService
+(brokers) and the standard health service. The Raft leader is the active controller. The process
+prints ``READY <node-id>`` once it serves; SIGTERM or SIGINT stops it gracefully (an active
+controller hands leadership over first). A bad flag or an unusable data directory exits with status
+2 and one line on stderr naming the problem, never a traceback.
+
+Overrides use Kafka's config names; keys this process does not know (broker settings passed to
+every node by the local launcher) are ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from metadata.controller import DEFAULT_BROKER_SESSION_TIMEOUT_MS, ControllerConfig, QuorumController
+from metadata.service import ActiveController, AdminServicer, ControllerServicer, Forwarder, fence_loop
+from metadata.state_machine import MetadataStateMachine
+from proto import admin_pb2_grpc, controller_pb2_grpc
+from proto.serving import GRPC_OPTIONS, add_standard_services
+from raft.config import QuorumConfigError, parse_voters
+from raft.driver import DriverConfig, RaftDriver
+from raft.store import RaftStoreCorruptError
+
+log = logging.getLogger(__name__)
+
+EXIT_USAGE = 2
+SERVICE_NAMES = [
+    "pykraft.raft.RaftService",
+    "pykraft.admin.AdminService",
+    "pykraft.controller.ControllerService",
+]
+
+# Kafka config name -> (ControllerSettings field, minimum)
+OVERRIDES: dict[str, tuple[str, int]] = {
+    "broker.session.timeout.ms": ("broker_session_timeout_ms", 1),
+    "num.partitions": ("default_num_partitions", 1),
+    "default.replication.factor": ("default_replication_factor", 1),
+    "controller.quorum.election.timeout.ms": ("election_timeout_ms", 1),
+    "controller.quorum.heartbeat.interval.ms": ("heartbeat_interval_ms", 1),
+    "metadata.snapshot.every.entries": ("snapshot_every_entries", 1),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    broker_session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS
+    default_num_partitions: int = 1
+    default_replication_factor: int = 1
+    election_timeout_ms: int = 300
+    heartbeat_interval_ms: int = 50
+    snapshot_every_entries: int = 10_000
+
+
+def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSettings:
+    values = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--override {item!r}: expected KEY=VALUE, e.g. broker.session.timeout.ms=3000")
+        if key not in OVERRIDES:
+            continue
+        field, minimum = OVERRIDES[key]
+        if not value.strip().lstrip("-").isdigit() or int(value) < minimum:
+            raise ValueError(f"--override {key}={value}: must be an integer >= {minimum}")
+        values[field] = int(value)
+    return ControllerSettings(**{**base.__dict__, **values}) if values else base
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-id", type=int, required=True, help="this controller's voter id")
+    parser.add_argument("--listen", required=True, help="host:port to serve on (must match --voters)")
+    parser.add_argument("--voters", required=True, help="1@host:port,2@host:port,3@host:port")
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--broker-session-timeout-ms", type=int, default=DEFAULT_BROKER_SESSION_TIMEOUT_MS)
+    parser.add_argument("--election-timeout-ms", type=int, default=300)
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=50)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--seed", type=int, default=None, help="seed for topic ids and placement")
+    parser.add_argument("--log-level", default="WARNING")
+
+
+def settings_from(args: argparse.Namespace) -> ControllerSettings:
+    base = ControllerSettings(
+        broker_session_timeout_ms=args.broker_session_timeout_ms,
+        election_timeout_ms=args.election_timeout_ms,
+        heartbeat_interval_ms=args.heartbeat_interval_ms,
+    )
+    settings = parse_overrides(args.override, base)
+    if settings.election_timeout_ms <= settings.heartbeat_interval_ms:
+        raise ValueError(
+            f"election timeout {settings.election_timeout_ms} ms must exceed the heartbeat interval "
+            f"{settings.heartbeat_interval_ms} ms"
+        )
+    return settings
+
+
+class ControllerNode:
+    """A running controller: Raft driver + metadata state machine + gRPC services."""
+
+    def __init__(
+        self,
+        node_id: int,
+        listen: str,
+        voters: str,
+        data_dir: Path,
+        settings: ControllerSettings,
+        seed: int | None = None,
+    ) -> None:
+        self.voters = parse_voters(voters)
+        self.voters.voter(node_id)  # raises QuorumConfigError if this node is not a voter
+        self.listen = listen
+        self.settings = settings
+        config = ControllerConfig(
+            broker_session_timeout_ms=settings.broker_session_timeout_ms,
+            default_num_partitions=settings.default_num_partitions,
+            default_replication_factor=settings.default_replication_factor,
+        )
+        self.controller = QuorumController(config, random.Random(seed))
+        self.state_machine = MetadataStateMachine(self.controller)
+        self.driver = RaftDriver(
+            DriverConfig(
+                node_id=node_id,
+                voters=self.voters,
+                data_dir=data_dir,
+                election_timeout_ms=settings.election_timeout_ms,
+                heartbeat_interval_ms=settings.heartbeat_interval_ms,
+                snapshot_every_entries=settings.snapshot_every_entries,
+                seed=seed,
+            ),
+            self.state_machine,
+        )
+        self.server: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        await self.driver.start()
+        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        self.driver.add_to_server(self.server)
+        active = ActiveController(self.driver, self.controller)
+        wait_s = 4 * self.settings.election_timeout_ms / 1000
+        self.forwarder = Forwarder(self.driver, self.voters, leader_wait_s=wait_s, call_timeout_s=10.0)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(active, self.forwarder, self.voters), self.server
+        )
+        controller_pb2_grpc.add_ControllerServiceServicer_to_server(
+            ControllerServicer(active, self.forwarder, self.state_machine), self.server
+        )
+        self.health = add_standard_services(self.server, SERVICE_NAMES)
+        if self.server.add_insecure_port(self.listen) == 0:
+            await self.driver.stop()
+            raise OSError(f"cannot listen on {self.listen}")
+        await self.server.start()
+        await self.health.set_serving(True)
+        interval_s = min(0.1, self.settings.broker_session_timeout_ms / 4000)
+        self._tasks.append(asyncio.create_task(fence_loop(active, interval_s), name="fence-loop"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.health.set_serving(False)
+        await self.driver.stop()
+        await self.forwarder.close()
+        assert self.server is not None
+        await self.server.stop(grace=0.5)
+
+
+async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
+    node = ControllerNode(args.node_id, args.listen, args.voters, args.data_dir, settings, args.seed)
+    await node.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"READY {args.node_id}", flush=True)
+    await stop.wait()
+    await node.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = settings_from(args)
+        asyncio.run(serve(args, settings))
+    except (QuorumConfigError, RaftStoreCorruptError, OSError, ValueError) as exc:
+        print(f"pykraft controller: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m metadata.server", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

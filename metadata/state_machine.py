@@ -1,0 +1,91 @@
+"""The metadata log as the Raft driver's state machine, and the tail that FetchMetadata streams.
+
+``MetadataStateMachine`` implements ``raft.driver.StateMachine``: ``apply(index, data)`` decodes one
+committed entry (a ``MetadataBatch``) and replays it into the ``QuorumController`` at offset
+``index``; ``snapshot()`` is ``MetadataImage.snapshot()``; ``restore(data)`` replaces the image.
+
+It also keeps the most recent committed entries (``tail``, at most ``max_tail_entries``) as the bytes
+that were committed, so that FetchMetadata can stream them to brokers without re-encoding. The tail
+covers every entry after ``tail_start_offset``: a reader asking from an older offset gets a snapshot
+of the image first. Raft's own no-op entries never reach ``apply``, so offsets have gaps.
+
+Runs on the driver's event loop (``apply`` is called synchronously from it); readers wait for new
+entries with ``wait_for_entries_after``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections import deque
+
+from metadata.controller import QuorumController
+from metadata.image import MetadataImage
+from metadata.records import decode_batch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TAIL_ENTRIES = 20_000
+
+
+class MetadataStateMachine:
+    def __init__(
+        self, controller: QuorumController, max_tail_entries: int = DEFAULT_MAX_TAIL_ENTRIES
+    ) -> None:
+        self.controller = controller
+        self.max_tail_entries = max_tail_entries
+        self.tail: deque[tuple[int, bytes]] = deque()
+        self.tail_start_offset = controller.image.offset
+        self._new_entry: asyncio.Future[None] | None = None
+
+    # ---- raft.driver.StateMachine ----------------------------------------------------------------
+
+    def apply(self, index: int, data: bytes) -> None:
+        records = decode_batch(data)
+        self.controller.replay(records, index)
+        self.tail.append((index, data))
+        while len(self.tail) > self.max_tail_entries:
+            self.tail_start_offset = self.tail.popleft()[0]
+        self._wake()
+
+    def snapshot(self) -> bytes:
+        return self.controller.image.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        image = MetadataImage.from_snapshot(data)
+        log.info("restored the metadata image from a snapshot at offset %d", image.offset)
+        self.controller.image = image
+        self.tail.clear()
+        self.tail_start_offset = image.offset
+        self._wake()
+
+    # ---- readers -------------------------------------------------------------------------------
+
+    @property
+    def offset(self) -> int:
+        return self.controller.image.offset
+
+    def covers(self, offset: int) -> bool:
+        """True when every entry after ``offset`` is still in the tail (or none exists yet)."""
+        return offset >= self.tail_start_offset
+
+    def entries_after(self, offset: int, max_entries: int) -> list[tuple[int, bytes]]:
+        """Up to ``max_entries`` committed entries with an offset above ``offset``, in order."""
+        start = bisect.bisect_right(self.tail, offset, key=lambda e: e[0])
+        return [self.tail[i] for i in range(start, min(start + max_entries, len(self.tail)))]
+
+    async def wait_for_entries_after(self, offset: int, timeout_s: float) -> None:
+        """Return once an entry after ``offset`` is applied (or a snapshot restored), or on timeout."""
+        if self.tail and self.tail[-1][0] > offset:
+            return
+        if self._new_entry is None or self._new_entry.done():
+            self._new_entry = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._new_entry), timeout_s)
+        except TimeoutError:
+            return
+
+    def _wake(self) -> None:
+        if self._new_entry is not None and not self._new_entry.done():
+            self._new_entry.set_result(None)

@@ -1,0 +1,172 @@
+"""Helpers: three controller processes on 127.0.0.1, and fake brokers driven through ControllerService.
+
+Every process is started by this fixture and stopped by its pid in a finalizer, even on failure.
+Waits poll a condition against a deadline; nothing sleeps a fixed time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from proto import admin_pb2, admin_pb2_grpc, controller_pb2, controller_pb2_grpc, metadata_pb2
+
+ROOT = Path(__file__).resolve().parents[3]
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = condition()
+        except grpc.RpcError:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class ControllerCluster:
+    def __init__(self, tmp: Path, session_timeout_ms: int, count: int = 3) -> None:
+        self.tmp = tmp
+        self.ports = {i: free_port() for i in range(1, count + 1)}
+        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
+        self.session_timeout_ms = session_timeout_ms
+        self.procs: dict[int, subprocess.Popen] = {}
+        self._channels: dict[int, grpc.Channel] = {}
+
+    def address(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.ports[node_id]}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.address(i) for i in self.ports)
+
+    def start(self, node_id: int) -> None:
+        log = open(self.tmp / f"controller-{node_id}.log", "ab")  # noqa: SIM115 - owned by the process
+        cmd = [
+            sys.executable, "-m", "metadata.server", "--node-id", str(node_id),
+            "--listen", self.address(node_id),
+            "--voters", self.voters, "--data-dir", str(self.tmp / f"c{node_id}"),
+            "--broker-session-timeout-ms", str(self.session_timeout_ms),
+            "--election-timeout-ms", "500", "--heartbeat-interval-ms", "50", "--log-level", "INFO",
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.procs[node_id] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        log.close()
+
+    def kill(self, node_id: int, sig: signal.Signals = signal.SIGKILL) -> None:
+        proc = self.procs.get(node_id)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            proc.wait(timeout=20)
+        self._channels.pop(node_id, None)
+
+    def stop_all(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=20)
+
+    def channel(self, node_id: int) -> grpc.Channel:
+        if node_id not in self._channels:
+            self._channels[node_id] = grpc.insecure_channel(self.address(node_id))
+        return self._channels[node_id]
+
+    def admin(self, node_id: int) -> admin_pb2_grpc.AdminServiceStub:
+        return admin_pb2_grpc.AdminServiceStub(self.channel(node_id))
+
+    def controller(self, node_id: int) -> controller_pb2_grpc.ControllerServiceStub:
+        return controller_pb2_grpc.ControllerServiceStub(self.channel(node_id))
+
+    def leader(self, via: int | None = None) -> int:
+        """The active controller's id, asked through a live node; waits for one to exist."""
+
+        def ask() -> int:
+            for node_id in [via] if via else list(self.procs):
+                if self.procs[node_id].poll() is not None:
+                    continue
+                try:
+                    r = self.admin(node_id).DescribeQuorum(admin_pb2.DescribeQuorumRequest(), timeout=2)
+                except grpc.RpcError:
+                    continue
+                if r.error.code == 0 and r.leader_id:
+                    return r.leader_id
+            return 0
+
+        return wait_until(ask, START_TIMEOUT_S, "an active controller")
+
+    def log_text(self) -> str:
+        return "\n".join(
+            f"--- controller {i} ---\n"
+            + (self.tmp / f"controller-{i}.log").read_text(errors="replace")[-3000:]
+            for i in self.procs
+        )
+
+
+class FakeBroker:
+    """A broker as the controller sees it: registration and heartbeats through ControllerService."""
+
+    def __init__(self, cluster: ControllerCluster, broker_id: int, via: int, rack: str = "") -> None:
+        self.cluster = cluster
+        self.broker_id = broker_id
+        self.via = via
+        self.rack = rack
+        self.broker_epoch = 0
+        self.metadata_offset = 0
+
+    def stub(self) -> controller_pb2_grpc.ControllerServiceStub:
+        return self.cluster.controller(self.via)
+
+    def register(self) -> None:
+        request = controller_pb2.RegisterBrokerRequest(
+            broker_id=self.broker_id,
+            incarnation_id=uuid.uuid4().hex,
+            endpoints=[metadata_pb2.Endpoint(name="BROKER", host="127.0.0.1", port=20000 + self.broker_id)],
+            rack=self.rack,
+        )
+
+        def attempt():
+            r = self.stub().RegisterBroker(request, timeout=5)
+            return r if r.error.code == 0 else None
+
+        self.broker_epoch = wait_until(
+            attempt, START_TIMEOUT_S, f"registration of broker {self.broker_id}"
+        ).broker_epoch
+        self.metadata_offset = self.broker_epoch  # a real broker would have fetched up to here
+
+    def heartbeat(self) -> controller_pb2.BrokerHeartbeatResponse:
+        request = controller_pb2.BrokerHeartbeatRequest(
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+            current_metadata_offset=self.metadata_offset,
+        )
+        return self.stub().BrokerHeartbeat(request, timeout=5)
+
+    def unfence(self) -> None:
+        def attempt():
+            r = self.heartbeat()
+            return r.error.code == 0 and not r.is_fenced
+
+        wait_until(attempt, START_TIMEOUT_S, f"broker {self.broker_id} unfenced")
