@@ -312,7 +312,8 @@ class Log:
         """Raw whole batches from the one holding ``start_offset``, stopping before ``max_offset``.
 
         At least one batch is returned when one is available, even when bigger than ``max_bytes``
-        (Kafka's rule, so that a consumer always makes progress).
+        (Kafka's rule, so that a consumer always makes progress). One read stays inside one segment,
+        as in Kafka: the caller fetches again from the next offset.
         """
         self._check_readable(start_offset)
         if max_bytes < 0:
@@ -342,10 +343,13 @@ class Log:
                 f"[{self._log_start_offset}, {self.log_end_offset}]"
             )
 
+    def _segment_index(self, offset: int) -> int:
+        """Index of the segment that holds ``offset`` (the first one for offsets below it)."""
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
     def _locate(self, offset: int) -> tuple[LogSegment, int, int] | None:
         """(segment, position, size) of the batch holding ``offset`` or the first one after it."""
-        index = max(bisect.bisect_right(self._bases, offset) - 1, 0)
-        for segment in self._segments[index:]:
+        for segment in self._segments[self._segment_index(offset) :]:
             found = segment.translate_offset(offset)
             if found is not None:
                 return segment, found[0], found[1].size_in_bytes
@@ -434,7 +438,7 @@ class Log:
         """fsync every segment holding offsets at or past the recovery point; advance it to the LEO."""
         leo = self.log_end_offset
         if self._recovery_point < leo:
-            first = max(bisect.bisect_right(self._bases, self._recovery_point) - 1, 0)
+            first = self._segment_index(self._recovery_point)
             for segment in self._segments[first:-1]:
                 segment.flush(fsync=True)
             self.active_segment.flush(fsync=True)
@@ -555,7 +559,8 @@ class Log:
         if self._closed:
             return
         self.active_segment.on_become_inactive()
-        for segment in self._segments:
+        # Segments below the recovery point were fsynced (data and indexes) by an earlier flush().
+        for segment in self._segments[self._segment_index(self._recovery_point) :]:
             segment.flush(fsync=True)
         self._recovery_point = self.log_end_offset
         self.write_checkpoints()

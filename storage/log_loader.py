@@ -79,6 +79,8 @@ def load_log(directory: Path, config: LogConfig, checkpoints: Checkpoints, now_m
         must_scan = not clean and (upper is None or upper > loaded.recovery_point)
         if must_scan or not segment.load_indexes():
             result = segment.recover(config.max_message_bytes)
+            # After a clean stop the recovery point is the LEO: the rebuilt indexes must be durable.
+            segment.flush(fsync=clean)
             loaded.recovered_segments += 1
             loaded.truncated_bytes += result.truncated_bytes
             loaded.epoch_starts.extend(result.epoch_starts)

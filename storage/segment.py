@@ -257,6 +257,7 @@ class LogSegment:
             self._index_recovered(batch, position)
             position += batch.size_bytes
         self.size_bytes = valid_end
+        self.on_become_inactive()  # as Kafka: the time index ends with the segment's max timestamp
         return RecoveryResult(file_size - valid_end, tuple(epoch_starts))
 
     def _index_recovered(self, batch: AppendedBatch, position: int) -> None:

@@ -5,6 +5,7 @@ Rules under test are Kafka's (UnifiedLog / LocalLog); each test names the one it
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -17,6 +18,14 @@ from storage.batch_header import parse_header, validate_batch
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import UNDEFINED, EpochEndOffset
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TimestampAndOffset, UnexpectedAppendOffsetError
+
+
+@pytest.fixture(autouse=True)
+def fsyncs(monkeypatch) -> list[int]:
+    """Unit tests check logic; durability is the crash test's job (real fsync there). Record the calls."""
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fsync", calls.append)
+    return calls
 
 
 @pytest.fixture

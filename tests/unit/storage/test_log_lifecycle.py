@@ -5,6 +5,7 @@ Rules are Kafka's (UnifiedLog, LocalLog, LogConfig); each test names the one it 
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -17,6 +18,14 @@ from storage.config import LogConfig
 from storage.epoch_cache import EpochEntry
 
 ONE = len(make_batch(3))
+
+
+@pytest.fixture(autouse=True)
+def fsyncs(monkeypatch) -> list[int]:
+    """Unit tests check logic; durability is the crash test's job (real fsync there). Record the calls."""
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fsync", calls.append)
+    return calls
 
 
 @pytest.fixture
@@ -227,12 +236,14 @@ def test_truncate_fully_and_start_at(open_log) -> None:
 # ------------------------------------------------------------------------------------------- flush
 
 
-def test_by_default_appends_are_not_fsynced(open_log) -> None:
+def test_by_default_appends_are_not_fsynced(open_log, fsyncs: list[int]) -> None:
     """Like Kafka, durability comes from replication: no flush.messages / flush.ms, no fsync."""
     log = filled(open_log)
     assert log.recovery_point == 0
+    assert log.active_segment._fd not in fsyncs, "only the epoch checkpoint may have been synced"
     log.flush()
     assert log.recovery_point == 15
+    assert log.active_segment._fd in fsyncs
 
 
 def test_flush_messages(open_log) -> None:
