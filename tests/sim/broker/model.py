@@ -1,0 +1,479 @@
+"""An in-process model of one partition replicated on three brokers, driven through ``broker.partition``.
+
+Only the driving lives here; every decision is made by the broker's pure cores:
+``Partition`` (HW, ISR, epochs, acks=all admission) and ``broker.divergence`` (leader-epoch cache
+rules, diverging epoch, follower truncation). The model supplies what the real broker will supply:
+
+- ``ReplicaLog``: the partition log of one broker — records (one per batch) each carrying the leader
+  epoch it was written in, the leader-epoch cache, and an HW checkpoint. A broker *process crash*
+  keeps all three (page cache survives a SIGKILL); the checkpoint may be stale, as in Kafka where it
+  is written periodically.
+- ``Controller``: the committed partition state (leader, leader epoch, partition epoch, ISR) with
+  KRaft's rules: a fenced broker leaves the ISR (except the last member), a new leader is the first
+  unfenced ISR member in assignment order (else the partition is offline), AlterPartition commits
+  only a proposal from the current leader epoch and partition epoch.
+- Metadata reaches each broker only when it *syncs*, so brokers act on stale views (zombie leaders,
+  followers fetching with an old epoch).
+
+``Checker`` verifies after every event: each live ``Partition`` satisfies ``invariants()``; the data
+below any replica's HW never changes (one committed prefix); every member of the committed ISR holds
+the whole committed prefix; every acknowledged acks=all record is in the committed prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+
+from broker import divergence
+from broker.divergence import EpochEntry
+from broker.partition import ACKS_ALL, NO_EPOCH, NO_LEADER, AlterPartitionProposal, Partition, Role
+from proto.errors import ErrorCode
+
+TOPIC = "sim"
+LAG_MS = 500
+MAX_FETCH_RECORDS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    epoch: int
+    value: str
+
+
+@dataclass
+class ReplicaLog:
+    """Durable state of one broker's replica: survives a process crash."""
+
+    records: list[Record] = field(default_factory=list)
+    epochs: tuple[EpochEntry, ...] = ()
+    high_watermark_checkpoint: int = 0
+
+    @property
+    def log_end_offset(self) -> int:
+        return len(self.records)
+
+    def append(self, records: list[Record]) -> None:
+        for record in records:
+            if not self.epochs or record.epoch > self.epochs[-1].epoch:
+                self.epochs = divergence.assign(self.epochs, record.epoch, self.log_end_offset)
+            self.records.append(record)
+        divergence.check_entries(self.epochs)
+
+    def truncate_to(self, offset: int) -> None:
+        del self.records[offset:]
+        self.epochs = divergence.truncate_from_end(self.epochs, offset)
+
+    def assign_leader_epoch(self, epoch: int) -> None:
+        self.epochs = divergence.assign(self.epochs, epoch, self.log_end_offset)
+
+
+@dataclass
+class ControllerState:
+    leader_id: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+
+
+class Controller:
+    def __init__(self, replicas: tuple[int, ...]) -> None:
+        self.replicas = replicas
+        self.fenced: set[int] = set()
+        self.state = ControllerState(replicas[0], 0, 0, replicas)
+
+    def _change(self, leader_id: int, isr: tuple[int, ...]) -> None:
+        old = self.state
+        epoch = old.leader_epoch + 1 if leader_id != old.leader_id else old.leader_epoch
+        self.state = ControllerState(leader_id, epoch, old.partition_epoch + 1, isr)
+
+    def _elect(self, isr: tuple[int, ...], current: int) -> int:
+        if current != NO_LEADER and current not in self.fenced:
+            return current
+        return next((r for r in self.replicas if r in isr and r not in self.fenced), NO_LEADER)
+
+    def fence(self, broker_id: int) -> None:
+        self.fenced.add(broker_id)
+        isr = self.state.isr
+        if broker_id in isr and len(isr) > 1:
+            isr = tuple(r for r in isr if r != broker_id)
+        self._change(self._elect(isr, self.state.leader_id), isr)
+
+    def unfence(self, broker_id: int) -> None:
+        self.fenced.discard(broker_id)
+        if self.state.leader_id == NO_LEADER:
+            leader = self._elect(self.state.isr, NO_LEADER)
+            if leader != NO_LEADER:
+                self._change(leader, self.state.isr)
+
+    def move_leader(self, broker_id: int) -> bool:
+        """Preferred-leader style election: only to an unfenced ISR member."""
+        if broker_id in self.state.isr and broker_id not in self.fenced and broker_id != self.state.leader_id:
+            self._change(broker_id, self.state.isr)
+            return True
+        return False
+
+    def alter_partition(self, leader_id: int, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]):
+        state = self.state
+        if leader_id != state.leader_id or leader_epoch != state.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if partition_epoch != state.partition_epoch:
+            return ErrorCode.INVALID_UPDATE_VERSION
+        if any(r in self.fenced for r in set(isr) - set(state.isr)):
+            return ErrorCode.INELIGIBLE_REPLICA
+        self.state = ControllerState(leader_id, leader_epoch, state.partition_epoch + 1, isr)
+        return ErrorCode.NONE
+
+
+class Broker:
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.log = ReplicaLog()
+        self.alive = True
+        self.partition = self._new_partition()
+        self.pending_acks: list[tuple[int, int, str]] = []  # (required offset, epoch, value)
+
+    def _new_partition(self) -> Partition:
+        return Partition(TOPIC, 0, self.broker_id, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
+
+    def crash(self) -> None:
+        self.alive = False
+        self.pending_acks = []
+
+    def restart(self) -> None:
+        self.alive = True
+        self.partition = self._new_partition()
+
+    def recovered_high_watermark(self) -> int:
+        return min(self.log.high_watermark_checkpoint, self.log.log_end_offset)
+
+
+class Cluster:
+    """Three brokers, a controller and the drivers' steps. ``truncate_to_high_watermark`` replaces
+    truncation by leader epoch with the pre-KIP-101 rule, to show that the checker catches it."""
+
+    def __init__(
+        self, replicas: tuple[int, ...] = (1, 2, 3), truncate_to_high_watermark: bool = False
+    ) -> None:
+        self.replicas = replicas
+        self.brokers = {b: Broker(b) for b in replicas}
+        self.controller = Controller(replicas)
+        self.now_ms = 0
+        self.next_value = 0
+        self.acked: dict[int, str] = {}
+        self.alter_partition_inflight: list[AlterPartitionProposal] = []
+        self.trace: list[str] = []
+        self.truncate_to_high_watermark = truncate_to_high_watermark
+        self.checker = Checker(self)
+        for broker_id in replicas:
+            self.sync_metadata(broker_id)
+
+    def note(self, event: str) -> None:
+        self.trace.append(f"{self.now_ms} {event}")
+
+    # ---- metadata ---------------------------------------------------------------------------------
+
+    def sync_metadata(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if not broker.alive:
+            return
+        s, p, log = self.controller.state, broker.partition, broker.log
+        if s.leader_id == broker_id:
+            if p.role is not Role.LEADER or s.leader_epoch > p.leader_epoch:
+                log.assign_leader_epoch(s.leader_epoch)
+            hw = max(p.high_watermark, broker.recovered_high_watermark())
+            p.become_leader(
+                s.leader_epoch, s.partition_epoch, s.isr, self.replicas, log.log_end_offset, hw, self.now_ms
+            )
+            self._complete_acks(broker, p.maybe_increment_high_watermark())
+        else:
+            if p.role is Role.LEADER:
+                broker.pending_acks = []  # NOT_LEADER_OR_FOLLOWER for every parked produce
+            hw = max(p.high_watermark, broker.recovered_high_watermark())
+            p.become_follower(
+                s.leader_id, s.leader_epoch, s.partition_epoch, s.isr, self.replicas, log.log_end_offset, hw
+            )
+        self.note(f"sync b{broker_id} {p.role.value} e{p.leader_epoch} isr={sorted(p.isr)}")
+
+    # ---- data path --------------------------------------------------------------------------------
+
+    def produce(self, broker_id: int, acks: int) -> ErrorCode:
+        broker = self.brokers[broker_id]
+        p = broker.partition
+        error = p.check_append(acks) if broker.alive else None
+        if not broker.alive or error is not None:
+            return error.code if error else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        value = f"v{self.next_value}"
+        self.next_value += 1
+        broker.log.append([Record(p.leader_epoch, value)])
+        offset = broker.log.log_end_offset - 1
+        if acks == ACKS_ALL:
+            broker.pending_acks.append((offset + 1, p.leader_epoch, value))
+        self._complete_acks(broker, p.on_local_append(broker.log.log_end_offset))
+        self.note(f"produce b{broker_id} acks={acks} {value}@{offset}")
+        return ErrorCode.NONE
+
+    def _complete_acks(self, broker: Broker, _old_high_watermark: int | None) -> None:
+        still = []
+        for required, epoch, value in broker.pending_acks:
+            check = broker.partition.check_enough_replicas_reach_offset(required, epoch)
+            if not check.done:
+                still.append((required, epoch, value))
+            elif check.code == ErrorCode.NONE:
+                self.acked[required - 1] = value
+                self.note(f"ack {value}@{required - 1}")
+        broker.pending_acks = still
+
+    def fetch(self, follower_id: int, lose_response: bool = False) -> str:
+        """One follower fetch round trip to the leader it believes in."""
+        follower = self.brokers[follower_id]
+        fp = follower.partition
+        if not follower.alive or fp.role is not Role.FOLLOWER or fp.leader_id == NO_LEADER:
+            return "idle"
+        leader = self.brokers[fp.leader_id]
+        if not leader.alive:
+            return "leader-down"
+        lp, flog = leader.partition, follower.log
+        result = lp.handle_follower_fetch(
+            follower_id,
+            flog.log_end_offset,
+            divergence.latest_epoch(flog.epochs),
+            fp.leader_epoch,
+            leader.log.epochs,
+            self.now_ms,
+        )
+        self._complete_acks(leader, result.high_watermark_advanced_from)
+        if result.isr_proposal is not None:
+            self.alter_partition(leader.broker_id)
+        if lose_response:
+            return "lost"
+        if result.error is not None:
+            assert result.error.code in (
+                ErrorCode.FENCED_LEADER_EPOCH,
+                ErrorCode.UNKNOWN_LEADER_EPOCH,
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            ), result.error
+            return result.error.code.name
+        if result.diverging_epoch is not None:
+            return self._truncate(follower, result.diverging_epoch)
+        start = flog.log_end_offset
+        records = leader.log.records[start : min(result.log_end_offset, start + MAX_FETCH_RECORDS)]
+        flog.append(list(records))
+        fp.on_local_append(flog.log_end_offset)
+        fp.update_follower_high_watermark(result.high_watermark)
+        self.note(f"fetch b{follower_id}<-b{leader.broker_id} +{len(records)} hw={fp.high_watermark}")
+        return "ok"
+
+    def _truncate(self, follower: Broker, diverging: divergence.EpochEndOffset) -> str:
+        p, log = follower.partition, follower.log
+        if self.truncate_to_high_watermark:
+            offset = p.high_watermark
+        else:
+            offset = divergence.follower_truncation(
+                log.epochs, log.log_end_offset, p.high_watermark, diverging
+            ).offset
+        log.truncate_to(offset)
+        p.on_local_truncate(offset)
+        self.note(
+            f"truncate b{follower.broker_id} to {offset} (diverging {diverging.epoch}@{diverging.end_offset})"
+        )
+        return "truncated"
+
+    def restart_truncation(self, broker_id: int) -> None:
+        """Pre-KIP-101 brokers truncated to the HW on restart; with epochs there is nothing to do."""
+        if self.truncate_to_high_watermark:
+            broker = self.brokers[broker_id]
+            broker.log.truncate_to(broker.recovered_high_watermark())
+
+    # ---- ISR and failures --------------------------------------------------------------------------
+
+    def alter_partition(self, leader_id: int) -> None:
+        """Send the pending proposal; the controller sees it in a later ``deliver_alter_partition``."""
+        proposal = self.brokers[leader_id].partition.pending_isr
+        assert proposal is not None
+        self.alter_partition_inflight.append(proposal)
+        self.note(f"propose b{leader_id} isr={list(proposal.new_isr)}")
+
+    def deliver_alter_partition(self) -> None:
+        """The controller decides the oldest in-flight AlterPartition and answers its leader."""
+        if not self.alter_partition_inflight:
+            return
+        proposal = self.alter_partition_inflight.pop(0)
+        code = self.controller.alter_partition(
+            proposal.leader_id, proposal.leader_epoch, proposal.partition_epoch, proposal.new_isr
+        )
+        s, broker = self.controller.state, self.brokers[proposal.leader_id]
+        self.note(f"alter-partition b{proposal.leader_id} {list(proposal.new_isr)} -> {code.name}")
+        if broker.alive:
+            p = broker.partition
+            old_hw = p.handle_alter_partition_response(
+                proposal, code, s.leader_epoch, s.partition_epoch, s.isr
+            )
+            self._complete_acks(broker, old_hw)
+
+    def isr_tick(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.alive and broker.partition.maybe_shrink_isr(self.now_ms) is not None:
+            self.alter_partition(broker_id)
+
+    def checkpoint(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.alive:
+            broker.log.high_watermark_checkpoint = broker.partition.high_watermark
+
+    def crash(self, broker_ids: tuple[int, ...]) -> None:
+        for broker_id in broker_ids:
+            self.brokers[broker_id].crash()
+        for broker_id in broker_ids:
+            self.controller.fence(broker_id)
+        self.note(f"crash {list(broker_ids)} -> {self.controller.state}")
+
+    def bounce(self, broker_id: int) -> None:
+        """Crash and restart within the session timeout: the controller never fences the broker."""
+        self.brokers[broker_id].crash()
+        self.note(f"bounce b{broker_id}")
+        self.restart(broker_id)
+
+    def restart(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        broker.restart()
+        self.restart_truncation(broker_id)
+        self.controller.unfence(broker_id)
+        self.sync_metadata(broker_id)
+        self.note(f"restart b{broker_id} leo={broker.log.log_end_offset} -> {self.controller.state}")
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+    def trace_hash(self) -> str:
+        return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()
+
+
+class Checker:
+    """Safety checks after every event (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.committed: list[Record] = []
+
+    def check(self) -> None:
+        c = self.cluster
+        for broker in c.brokers.values():
+            if not broker.alive:
+                continue
+            broker.partition.invariants()
+            hw = broker.partition.high_watermark
+            prefix = broker.log.records[:hw]
+            common = min(len(prefix), len(self.committed))
+            assert prefix[:common] == self.committed[:common], (
+                f"b{broker.broker_id} changed committed data below its HW {hw}: "
+                f"{prefix[:common]} != {self.committed[:common]}"
+            )
+            if hw > len(self.committed):
+                self.committed = list(prefix)
+        for broker_id in c.controller.state.isr:
+            records = c.brokers[broker_id].log.records
+            assert records[: len(self.committed)] == self.committed, (
+                f"ISR member b{broker_id} lacks committed data: {records} vs {self.committed}"
+            )
+        for offset, value in c.acked.items():
+            assert offset < len(self.committed) and self.committed[offset].value == value, (
+                f"acknowledged {value}@{offset} lost: committed {self.committed}"
+            )
+
+
+# Event weights: mostly traffic and replication, with enough failures to cross many leader epochs.
+EVENT_WEIGHTS = {
+    "produce": 30,
+    "fetch": 35,
+    "tick": 8,
+    "checkpoint": 4,
+    "sync": 12,
+    "crash": 3,
+    "restart": 5,
+    "move": 3,
+    "alter": 6,
+}
+
+
+def run_random(seed: int, steps: int) -> Cluster:
+    """Safety phase: ``steps`` seeded events with checks after each; then a liveness phase that heals
+    everything and requires the replicas to converge on one log with HW = LEO."""
+    rng = random.Random(seed)
+    c = Cluster()
+    for _ in range(steps):
+        _random_event(c, rng)
+        c.checker.check()
+    heal(c)
+    return c
+
+
+def _random_event(c: Cluster, rng: random.Random) -> None:
+    event = rng.choices(list(EVENT_WEIGHTS), weights=list(EVENT_WEIGHTS.values()))[0]
+    broker_id = rng.choice(c.replicas)
+    alive = [b for b in c.replicas if c.brokers[b].alive]
+    if event == "produce":
+        # Clients mostly know the leader; sometimes they hit a stale one.
+        target = c.controller.state.leader_id if rng.random() < 0.8 else broker_id
+        c.produce(target if target != NO_LEADER else broker_id, rng.choice((ACKS_ALL, ACKS_ALL, 1)))
+    elif event == "fetch":
+        c.fetch(broker_id, lose_response=rng.random() < 0.1)
+    elif event == "tick":
+        c.advance(rng.choice((10, 100, LAG_MS)))
+        c.isr_tick(broker_id)
+    elif event == "checkpoint":
+        c.checkpoint(broker_id)
+    elif event == "sync":
+        c.sync_metadata(broker_id)
+    elif event == "crash" and len(alive) >= 2:
+        together = rng.random() < 0.2 and len(alive) == 3
+        c.crash(tuple(rng.sample(alive, 2)) if together else (rng.choice(alive),))
+    elif event == "restart" and not c.brokers[broker_id].alive:
+        c.restart(broker_id)
+    elif event == "alter":
+        c.deliver_alter_partition()
+    elif event == "move" and c.controller.move_leader(broker_id):
+        c.note(f"move leader to b{broker_id} -> {c.controller.state}")
+
+
+def heal(c: Cluster, rounds: int = 200) -> None:
+    for broker_id in c.replicas:
+        if not c.brokers[broker_id].alive:
+            c.restart(broker_id)
+            c.checker.check()
+    for _ in range(rounds):
+        for broker_id in c.replicas:
+            c.sync_metadata(broker_id)
+            c.fetch(broker_id)
+            c.isr_tick(broker_id)
+            c.deliver_alter_partition()
+            c.checker.check()
+        c.advance(50)
+        if converged(c):
+            return
+    raise AssertionError(f"no convergence after {rounds} rounds: {describe(c)}")
+
+
+def converged(c: Cluster) -> bool:
+    s = c.controller.state
+    if s.leader_id == NO_LEADER or set(s.isr) != set(c.replicas):
+        return False
+    logs = [c.brokers[b].log.records for b in c.replicas]
+    hws = [c.brokers[b].partition.high_watermark for b in c.replicas]
+    return all(log == logs[0] for log in logs) and all(hw == len(logs[0]) for hw in hws)
+
+
+def describe(c: Cluster) -> str:
+    parts = [str(c.controller.state)]
+    for b in c.replicas:
+        broker = c.brokers[b]
+        p = broker.partition
+        parts.append(
+            f"b{b} alive={broker.alive} {p.role.value} e{p.leader_epoch} leo={broker.log.log_end_offset} "
+            f"hw={p.high_watermark} epochs={broker.log.epochs}"
+        )
+    return "; ".join(parts)
+
+
+__all__ = ["NO_EPOCH", "Cluster", "Record", "describe", "heal", "run_random"]
