@@ -4,7 +4,7 @@ leader moves with epoch bumps and stale metadata. Checks after every event (test
 nothing below any HW is lost or changed, HW monotonic within an epoch (Partition.invariants), committed
 prefixes agree, acknowledged records survive; then all replicas converge.
 
-Replay one seed: ``PYKRAFT_SIM_SEED=17 .venv/bin/python -m pytest tests/sim/broker -k random``.
+Replay one seed: ``PYKRAFT_SIM_SEED=17 .venv/bin/python -m pytest tests/sim/broker -k random_schedule``.
 """
 
 from __future__ import annotations
