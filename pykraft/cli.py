@@ -14,6 +14,9 @@ import sys
 # name -> module providing ``add_parser(subparsers)``; the parser sets ``func``.
 COMMANDS: dict[str, str] = {
     "demo": "pykraft.demo",
+    "controller": "pykraft.cli_admin",
+    "topics": "pykraft.cli_admin",
+    "quorum": "pykraft.cli_admin",
 }
 
 
