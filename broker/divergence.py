@@ -18,9 +18,12 @@ logs agree on that epoch, and fetches again; if it did not know the epoch the le
 truncation is only a step and the next fetch finds the rest. A follower never truncates to its high
 watermark: that is the data-loss bug KIP-101 closed (DESIGN.md, both scenarios).
 
-Everything here is pure: tuples of frozen entries in, frozen results out. ``storage/`` keeps the
-cache on disk; ``assign``, ``truncate_from_end`` and ``truncate_from_start`` state the rules its
-mutations follow (the simulator's in-memory log uses them directly).
+Everything here is pure: tuples of frozen entries in, frozen results out, with the entry and answer
+types of ``storage.epoch_cache`` (the on-disk cache, whose ``entries`` the replica manager passes in).
+``assign``, ``truncate_from_end`` and ``truncate_from_start`` restate that cache's mutations as pure
+functions for the simulator's in-memory log; a unit test keeps the two equal on random histories.
+Note that a new leader must assign its epoch at its log end offset when it becomes leader (Kafka's
+``makeLeader``), not only at its first append, so that followers are compared against it at once.
 """
 
 from __future__ import annotations
@@ -30,31 +33,34 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
+from storage.epoch_cache import (
+    UNDEFINED,
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    EpochEndOffset,
+    EpochEntry,
+)
+
+__all__ = [
+    "UNDEFINED",
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_EPOCH_OFFSET",
+    "EpochEndOffset",
+    "EpochEntry",
+    "TruncationState",
+    "assign",
+    "check_entries",
+    "diverging_epoch",
+    "end_offset_for_epoch",
+    "follower_truncation",
+    "latest_epoch",
+    "truncate_from_end",
+    "truncate_from_start",
+]
 
 
-@dataclass(frozen=True, slots=True)
-class EpochEntry:
-    """Leader epoch ``epoch`` wrote its first record at ``start_offset``."""
-
-    epoch: int
-    start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEndOffset:
-    """``epoch`` ends at ``end_offset`` (exclusive). Both UNDEFINED when no such epoch is known."""
-
-    epoch: int
-    end_offset: int
-
-    @property
-    def is_undefined(self) -> bool:
-        return self.epoch == UNDEFINED_EPOCH or self.end_offset == UNDEFINED_EPOCH_OFFSET
-
-
-UNDEFINED = EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+def _undefined(epoch_end: EpochEndOffset) -> bool:
+    return epoch_end.leader_epoch == UNDEFINED_EPOCH or epoch_end.end_offset == UNDEFINED_EPOCH_OFFSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +119,7 @@ def diverging_epoch(
     if last_fetched_epoch is None:
         return None
     epoch_end = end_offset_for_epoch(entries, last_fetched_epoch, log_end_offset)
-    if epoch_end.epoch < last_fetched_epoch or epoch_end.end_offset < fetch_offset:
+    if epoch_end.leader_epoch < last_fetched_epoch or epoch_end.end_offset < fetch_offset:
         return epoch_end
     return None
 
@@ -132,27 +138,27 @@ def follower_truncation(
     - The leader knows no such epoch (UNDEFINED; a correct leader never answers this to a follower
       that sent an epoch): Kafka's pre-KIP-101 fallback, the high watermark.
     """
-    if leader_epoch_end.is_undefined:
+    if _undefined(leader_epoch_end):
         return TruncationState(min(high_watermark, log_end_offset), completed=True)
-    own = end_offset_for_epoch(entries, leader_epoch_end.epoch, log_end_offset)
-    if own.is_undefined:
+    own = end_offset_for_epoch(entries, leader_epoch_end.leader_epoch, log_end_offset)
+    if _undefined(own):
         return TruncationState(min(leader_epoch_end.end_offset, log_end_offset), completed=True)
-    if own.epoch != leader_epoch_end.epoch:
+    if own.leader_epoch != leader_epoch_end.leader_epoch:
         return TruncationState(min(own.end_offset, log_end_offset), completed=False)
     return TruncationState(min(own.end_offset, leader_epoch_end.end_offset, log_end_offset), completed=True)
 
 
 def assign(entries: Sequence[EpochEntry], epoch: int, start_offset: int) -> tuple[EpochEntry, ...]:
-    """The cache after epoch ``epoch`` starts at ``start_offset`` (Kafka's ``assign``).
+    """The cache after epoch ``epoch`` starts at ``start_offset`` (``LeaderEpochCache.assign``).
 
-    A repeat of the latest epoch at a later offset changes nothing. Entries that the new one makes
-    non-monotonic (epoch >= ``epoch`` or start >= ``start_offset``) are dropped first: they describe
-    records that were truncated away.
+    Epochs only rise: an epoch <= the latest changes nothing (truncate first to rewrite history). A
+    newer epoch replaces every entry starting at or after ``start_offset``: an epoch in which
+    nothing was written leaves no trace.
     """
     assert epoch >= 0 and start_offset >= 0, f"cannot assign epoch {epoch} at offset {start_offset}"
-    if entries and entries[-1].epoch == epoch and entries[-1].start_offset <= start_offset:
+    if entries and epoch <= entries[-1].epoch:
         return tuple(entries)
-    kept = tuple(e for e in entries if e.epoch < epoch and e.start_offset < start_offset)
+    kept = tuple(e for e in entries if e.start_offset < start_offset)
     return (*kept, EpochEntry(epoch, start_offset))
 
 

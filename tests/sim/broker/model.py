@@ -276,7 +276,8 @@ class Cluster:
         log.truncate_to(offset)
         p.on_local_truncate(offset)
         self.note(
-            f"truncate b{follower.broker_id} to {offset} (diverging {diverging.epoch}@{diverging.end_offset})"
+            f"truncate b{follower.broker_id} to {offset} "
+            f"(diverging {diverging.leader_epoch}@{diverging.end_offset})"
         )
         return "truncated"
 

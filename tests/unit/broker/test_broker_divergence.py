@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker import divergence as d
 from broker.divergence import UNDEFINED, EpochEndOffset, EpochEntry, TruncationState
+from storage.epoch_cache import LeaderEpochCache
 
 
 def cache(*pairs: tuple[int, int]) -> tuple[EpochEntry, ...]:
@@ -114,8 +120,9 @@ def test_follower_truncation(
         (cache((1, 0)), 2, 5, cache((1, 0), (2, 5))),
         (cache((1, 0), (2, 5)), 3, 5, cache((1, 0), (3, 5))),  # epoch 2 wrote nothing: replaced
         (cache((1, 0), (2, 5)), 3, 3, cache((1, 0), (3, 3))),  # a start below the latest drops it
+        (cache((1, 0), (2, 5)), 1, 7, cache((1, 0), (2, 5))),  # epochs only rise: truncate first
     ],
-    ids=["first", "repeat", "next", "same-start", "earlier-start"],
+    ids=["first", "repeat", "next", "same-start", "earlier-start", "older-epoch"],
 )
 def test_assign(
     before: tuple[EpochEntry, ...], epoch: int, start: int, after: tuple[EpochEntry, ...]
@@ -149,3 +156,35 @@ def test_check_entries_rejects_non_monotonic() -> None:
         d.check_entries(cache((2, 0), (1, 5)))
     with pytest.raises(AssertionError, match="start offsets must increase"):
         d.check_entries(cache((1, 5), (2, 5)))
+
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("assign"), st.integers(0, 8), st.integers(0, 40)),
+        st.tuples(st.just("truncate_from_end"), st.integers(0, 40)),
+        st.tuples(st.just("truncate_from_start"), st.integers(0, 40)),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    operations=OPERATIONS,
+    requests=st.lists(st.integers(-1, 9), min_size=1, max_size=5),
+    leo=st.integers(40, 50),
+)
+def test_pure_cache_rules_equal_the_storage_cache(
+    operations: list[tuple], requests: list[int], leo: int
+) -> None:
+    """The simulator's pure cache (broker.divergence) behaves exactly like storage's on-disk
+    LeaderEpochCache: same entries after any history, same end_offset_for answers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        disk = LeaderEpochCache(Path(tmp))
+        pure: tuple[EpochEntry, ...] = ()
+        for operation, *args in operations:
+            getattr(disk, operation)(*args)
+            pure = getattr(d, operation)(pure, *args)
+            assert pure == disk.entries, (operation, args)
+        for epoch in requests:
+            assert d.end_offset_for_epoch(pure, epoch, leo) == disk.end_offset_for(epoch, leo), epoch
