@@ -1,0 +1,147 @@
+"""One log segment (storage/segment.py): appends, offset translation, reads, truncation, recovery."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+from storage_log_helpers import make_batch
+
+from storage.batch_header import parse_header
+from storage.segment import AppendedBatch, LogSegment
+
+BASE = 100
+ONE = len(make_batch(3))
+
+
+@pytest.fixture(autouse=True)
+def fsyncs(monkeypatch) -> list[int]:
+    """Logic only here; durability is the crash test's job."""
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fsync", calls.append)
+    return calls
+
+
+@pytest.fixture
+def segment(tmp_path: Path):
+    """Segment at base 100 with 6 batches of 3 records (100..117), timestamps 1_000 + 10 i (+2)."""
+    segment = LogSegment.create(tmp_path, BASE, index_interval_bytes=ONE, now_ms=0)
+    for i in range(6):
+        append(segment, BASE + 3 * i, timestamp=1_000 + 10 * i)
+    yield segment
+    segment.close()
+
+
+def append(segment: LogSegment, base_offset: int, timestamp: int) -> None:
+    buf = bytearray(make_batch(3, timestamp=timestamp))
+    struct.pack_into(">q", buf, 0, base_offset)
+    segment.append(buf, [AppendedBatch(0, len(buf), base_offset + 2, timestamp + 2)])
+
+
+def test_append_tracks_end_size_and_sparse_index(segment: LogSegment) -> None:
+    assert (segment.next_offset, segment.size_bytes) == (118, 6 * ONE)
+    assert segment.log_path.name == "00000000000000000100.log"
+    # Kafka: an entry once MORE than index.interval.bytes were appended since the last one.
+    assert segment.offset_index.keys == [108, 114]
+    assert segment.offset_index.values == [2 * ONE, 4 * ONE]
+    assert (segment.max_timestamp, segment.offset_of_max_timestamp) == (1_052, 117)
+    assert segment.first_batch_timestamp == 1_002
+    segment.invariants()
+
+
+@pytest.mark.parametrize(
+    ("offset", "position", "base"),
+    [(100, 0, 100), (101, 0, 100), (103, ONE, 103), (117, 5 * ONE, 115), (118, None, None), (50, 0, 100)],
+    ids=["base", "mid-first", "second", "last-record", "at-end", "below-base"],
+)
+def test_translate_offset(segment: LogSegment, offset: int, position, base) -> None:
+    """The first batch whose last offset >= target: the one holding it (or the next)."""
+    found = segment.translate_offset(offset)
+    if position is None:
+        assert found is None
+    else:
+        assert (found[0], found[1].base_offset) == (position, base)
+
+
+def test_read_slices_file_bytes(segment: LogSegment) -> None:
+    data = segment.read(ONE, 3 * ONE)
+    assert len(data) == 2 * ONE
+    assert [parse_header(data, p).base_offset for p in (0, ONE)] == [103, 106]
+
+
+@pytest.mark.parametrize(
+    ("start", "length", "whole"),
+    [(0, ONE * 6, ONE * 6), (0, ONE * 2 + 5, ONE * 2), (ONE, ONE - 1, 0), (ONE, ONE * 4 + 7, ONE * 4)],
+    ids=["everything", "cut-after-two", "less-than-one", "from-second"],
+)
+def test_last_batch_end(segment: LogSegment, start: int, length: int, whole: int) -> None:
+    """The longest whole-batch prefix of a read, found through the index plus a short header walk."""
+    data = segment.read(start, start + length)
+    assert segment.last_batch_end(start, data) == whole
+
+
+def test_truncate_to(segment: LogSegment) -> None:
+    removed = segment.truncate_to(110)  # inside the batch 109..111: that batch goes too
+    assert removed == 3 * ONE
+    assert (segment.next_offset, segment.size_bytes, os.path.getsize(segment.log_path)) == (
+        109,
+        3 * ONE,
+        3 * ONE,
+    )
+    assert segment.offset_index.keys == [108]
+    assert segment.time_index.max_timestamp <= 1_022
+    assert segment.max_timestamp == 1_022
+    assert segment.truncate_to(500) == 0
+    segment.invariants()
+
+
+def test_find_offset_by_timestamp(segment: LogSegment) -> None:
+    segment.on_become_inactive()
+    assert segment.find_offset_by_timestamp(1_013, start_offset=0) == (1_022, 106)
+    assert segment.find_offset_by_timestamp(1_000, start_offset=107) == (1_022, 107)
+    assert segment.find_offset_by_timestamp(2_000, start_offset=0) is None
+
+
+def test_reopen_loads_indexes_and_finds_the_end(segment: LogSegment, tmp_path: Path) -> None:
+    segment.on_become_inactive()
+    segment.flush()
+    again = LogSegment.open(tmp_path, BASE, index_interval_bytes=ONE, now_ms=0)
+    assert again.load_indexes()
+    state = (again.next_offset, again.size_bytes, again.max_timestamp, again.first_batch_timestamp)
+    assert state == (118, 6 * ONE, 1_052, 1_002)
+    append(again, 118, timestamp=2_000)
+    assert again.offset_index.keys[-1] == 120
+    again.close()
+
+
+def test_recover_rebuilds_indexes_and_reports_epochs(segment: LogSegment) -> None:
+    keys, positions = list(segment.offset_index.keys), list(segment.offset_index.values)
+    with open(segment.log_path, "ab") as file:
+        file.write(make_batch(3)[:20])
+    result = segment.recover(max_message_bytes=1 << 20)
+    assert result.truncated_bytes == 20
+    assert result.epoch_starts == ((0, 100),)
+    assert (segment.offset_index.keys, segment.offset_index.values) == (keys, positions)
+    assert segment.next_offset == 118
+
+
+@pytest.mark.parametrize(
+    ("damage", "valid_batches"),
+    [
+        pytest.param(
+            lambda d: d[: ONE * 3] + struct.pack(">q", 50) + d[ONE * 3 + 8 :], 3, id="offset-goes-back"
+        ),
+        pytest.param(lambda d: d[: ONE * 2] + b"\x00" * 12 + d[ONE * 2 + 12 :], 2, id="zero-length"),
+    ],
+)
+def test_recover_stops_at_first_invalid_batch(segment: LogSegment, damage, valid_batches: int) -> None:
+    segment.log_path.write_bytes(damage(segment.log_path.read_bytes()))
+    segment.recover(max_message_bytes=1 << 20)
+    assert (segment.size_bytes, segment.next_offset) == (valid_batches * ONE, BASE + 3 * valid_batches)
+
+
+def test_recover_drops_batches_over_max_message_bytes(segment: LogSegment) -> None:
+    segment.recover(max_message_bytes=ONE - 1)
+    assert (segment.size_bytes, segment.next_offset) == (0, BASE)
