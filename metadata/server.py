@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import signal
@@ -79,7 +80,7 @@ def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSet
         if not value.strip().lstrip("-").isdigit() or int(value) < minimum:
             raise ValueError(f"--override {key}={value}: must be an integer >= {minimum}")
         values[field] = int(value)
-    return ControllerSettings(**{**base.__dict__, **values}) if values else base
+    return dataclasses.replace(base, **values)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,8 +14,10 @@ from metadata_cluster import ControllerCluster
 def controller_cluster(tmp_path: Path) -> Iterator[Callable[..., ControllerCluster]]:
     clusters: list[ControllerCluster] = []
 
-    def make(session_timeout_ms: int = 60_000) -> ControllerCluster:
-        cluster = ControllerCluster(tmp_path / f"cluster{len(clusters)}", session_timeout_ms)
+    def make(session_timeout_ms: int = 60_000, extra_args: tuple[str, ...] = ()) -> ControllerCluster:
+        cluster = ControllerCluster(
+            tmp_path / f"cluster{len(clusters)}", session_timeout_ms, extra_args=extra_args
+        )
         cluster.tmp.mkdir()
         clusters.append(cluster)
         for node_id in cluster.ports:

@@ -45,8 +45,11 @@ def wait_until(condition: Callable[[], object], timeout_s: float, what: str, int
 
 
 class ControllerCluster:
-    def __init__(self, tmp: Path, session_timeout_ms: int, count: int = 3) -> None:
+    def __init__(
+        self, tmp: Path, session_timeout_ms: int, count: int = 3, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.tmp = tmp
+        self.extra_args = extra_args
         self.ports = {i: free_port() for i in range(1, count + 1)}
         self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
         self.session_timeout_ms = session_timeout_ms
@@ -68,6 +71,7 @@ class ControllerCluster:
             "--voters", self.voters, "--data-dir", str(self.tmp / f"c{node_id}"),
             "--broker-session-timeout-ms", str(self.session_timeout_ms),
             "--election-timeout-ms", "500", "--heartbeat-interval-ms", "50", "--log-level", "INFO",
+            *self.extra_args,
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.procs[node_id] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
@@ -104,6 +108,8 @@ class ControllerCluster:
         """The active controller's id, asked through a live node; waits for one to exist."""
 
         def ask() -> int:
+            dead = {i: p.returncode for i, p in self.procs.items() if p.poll() is not None}
+            assert len(dead) < len(self.procs), f"every controller exited {dead}:\n{self.log_text()}"
             for node_id in [via] if via else list(self.procs):
                 if self.procs[node_id].poll() is not None:
                     continue
