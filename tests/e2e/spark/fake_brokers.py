@@ -20,6 +20,7 @@ them all.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 
@@ -49,9 +50,12 @@ class FakeCluster:
     """In-memory partition logs served by ``n_brokers`` gRPC BrokerService servers on 127.0.0.1."""
 
     def __init__(self, n_brokers: int = 3) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.logs: dict[TopicPartition, FakeLog] = {}
         self.fetch_count = 0
+        # Called (under the lock) with the fetch count before each fetch is answered: lets a test
+        # move a leader or the log start offset in the middle of a Spark job.
+        self.fetch_hook: Callable[[int], None] | None = None
         self.servers: dict[int, grpc.Server] = {}
         self.ports: dict[int, int] = {}
         for node_id in range(1, n_brokers + 1):
@@ -72,9 +76,13 @@ class FakeCluster:
     # --- test controls ----------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int) -> None:
+        self.add_partitions(name, partitions)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Create the topic or grow it to ``total`` partitions."""
         with self.lock:
-            for p in range(partitions):
-                self.logs[TopicPartition(name, p)] = FakeLog(leader=1 + p % len(self.servers))
+            for p in range(total):
+                self.logs.setdefault(TopicPartition(name, p), FakeLog(leader=1 + p % len(self.servers)))
 
     def append(self, tp: TopicPartition, records, *, commit: bool = True, **build_kwargs) -> int:
         """Append one batch of ``(key, value, headers, timestamp_ms)``; return its base offset."""
@@ -175,6 +183,8 @@ class FakeCluster:
     ) -> broker_pb2.PartitionData:
         with self.lock:
             self.fetch_count += 1
+            if self.fetch_hook is not None:
+                self.fetch_hook(self.fetch_count)
             log = self.logs.get(tp)
             if log is None:
                 return broker_pb2.PartitionData(
