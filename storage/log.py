@@ -579,8 +579,8 @@ class Log:
         assert self._bases == sorted(set(self._bases)), f"segment bases not increasing: {self._bases}"
         for segment, upper in zip(self._segments, [*self._bases[1:], None], strict=True):
             segment.invariants()
-            assert upper is None or segment.next_offset <= upper, (
-                f"segment {segment.base_offset} ends at {segment.next_offset}, past the next segment {upper}"
+            assert upper is None or segment.next_offset == upper, (
+                f"segment {segment.base_offset} ends at {segment.next_offset}, the next starts at {upper}"
             )
         self._leader_epoch_cache.invariants()
         entries = self._leader_epoch_cache.entries

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proto import errors
 from storage.checkpoint import OffsetCheckpoint, fsync_dir
 from storage.config import LogConfig
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
@@ -74,24 +75,39 @@ def load_log(directory: Path, config: LogConfig, checkpoints: Checkpoints, now_m
     )
     base_offsets = _segment_base_offsets(directory)
     for position, base_offset in enumerate(base_offsets):
-        segment = LogSegment.open(directory, base_offset, config.index_interval_bytes, now_ms)
         upper = base_offsets[position + 1] if position + 1 < len(base_offsets) else None
         must_scan = not clean and (upper is None or upper > loaded.recovery_point)
-        if must_scan or not segment.load_indexes():
-            result = segment.recover(config.max_message_bytes)
-            # After a clean stop the recovery point is the LEO: the rebuilt indexes must be durable.
-            segment.flush(fsync=clean)
-            loaded.recovered_segments += 1
-            loaded.truncated_bytes += result.truncated_bytes
-            loaded.epoch_starts.extend(result.epoch_starts)
-            if result.truncated_bytes and upper is not None:
-                loaded.segments.append(segment)
-                loaded.truncated_bytes += _delete_segments_from(directory, base_offsets[position + 1 :])
-                break
+        segment = _load_segment(directory, base_offset, must_scan, config, loaded, now_ms)
         loaded.segments.append(segment)
+        if upper is not None and segment.next_offset != upper:
+            # A torn segment, or a later segment that reached the disk before this one's tail did:
+            # the offsets after this segment are not contiguous, so nothing after it can be kept.
+            if not must_scan:
+                raise errors.KafkaStorageError(
+                    f"{directory}: segment {base_offset} ends at offset {segment.next_offset} but the next "
+                    f"segment starts at {upper}, below the recovery point {loaded.recovery_point}; the "
+                    "flushed log is damaged: delete the partition directory to refetch it from the leader"
+                )
+            loaded.truncated_bytes += _delete_segments_from(directory, base_offsets[position + 1 :])
+            break
     if not loaded.segments:
         loaded.segments.append(LogSegment.create(directory, log_start, config.index_interval_bytes, now_ms))
     return loaded
+
+
+def _load_segment(
+    directory: Path, base_offset: int, must_scan: bool, config: LogConfig, loaded: LoadedLog, now_ms: int
+) -> LogSegment:
+    """Open one segment; scan and repair it when asked to, or when its indexes cannot be trusted."""
+    segment = LogSegment.open(directory, base_offset, config.index_interval_bytes, now_ms)
+    if must_scan or not segment.load_indexes():
+        result = segment.recover(config.max_message_bytes)
+        # After a clean stop the recovery point is the LEO: the rebuilt indexes must be durable.
+        segment.flush(fsync=loaded.had_clean_shutdown)
+        loaded.recovered_segments += 1
+        loaded.truncated_bytes += result.truncated_bytes
+        loaded.epoch_starts.extend(result.epoch_starts)
+    return segment
 
 
 def _consume_clean_shutdown_marker(directory: Path) -> bool:

@@ -210,3 +210,23 @@ def test_reopen_of_empty_directory(open_log, tmp_path: Path) -> None:
     assert log.read(0, 100) == b""
     log.close()
     assert os.listdir(tmp_path / "fresh")
+
+
+def test_hole_between_unflushed_segments_drops_the_later_ones(open_log) -> None:
+    """A later segment reached the disk but an earlier one's tail did not: keep only the contiguous prefix."""
+    directory = written(open_log, close=False)
+    segment_path(directory, 12).write_bytes(segment_path(directory, 12).read_bytes()[: ONE * 2])
+    log = open_log(CONFIG, directory)
+    assert (log.log_end_offset, log.segment_base_offsets) == (18, (0, 12))
+    assert not segment_path(directory, 24).exists()
+    log.invariants()
+
+
+def test_hole_in_flushed_segments_is_a_storage_error(open_log) -> None:
+    """Below the recovery point the log was fsynced: a hole there is damage, not a crash artefact."""
+    directory = written(open_log)
+    segment_path(directory, 12).write_bytes(segment_path(directory, 12).read_bytes()[: ONE * 2])
+    with pytest.raises(
+        errors.KafkaStorageError, match="segment 12 ends at offset 18 but the next segment starts at 24"
+    ):
+        open_log(CONFIG, directory)
