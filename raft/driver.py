@@ -21,7 +21,8 @@ entries the driver takes a snapshot, persists it and lets the core compact the l
 Loop (one iteration = one group commit): wait for a message, proposal, request or the core's next
 deadline (``next_deadline_ms``, on ``time.monotonic``); step everything that arrived; tick when due;
 then carry out each ``Ready`` in the documented order — send
-``messages``, persist (ONE synced WriteBatch, on a worker thread so RPCs keep arriving), send
+``messages``, persist (ONE synced WriteBatch; on a worker thread when messages went out first, so
+they travel during the fsync), send
 ``messages_after_persist``, report ``persisted``, apply ``committed``, answer read states.
 
 Responses ride on the RPC that asked: a request stepped in this iteration waits for the response
@@ -429,16 +430,24 @@ class RaftDriver:
             return
         store = self._store
         assert store is not None
-        # On the worker thread so RPCs and proposals keep arriving: the next iteration commits them together.
-        await asyncio.get_running_loop().run_in_executor(
-            self._io,
-            lambda: store.write(
+
+        def write() -> None:
+            store.write(
                 hard_state=ready.hard_state,
                 truncate_from=ready.truncate_from,
                 entries=ready.entries,
                 snapshot=ready.snapshot,
-            ),
-        )
+            )
+
+        if ready.messages:
+            # The leader's appends were just queued: fsync on the worker thread (RocksDB releases the
+            # GIL) so the senders transmit them meanwhile and the followers persist in parallel.
+            await asyncio.get_running_loop().run_in_executor(self._io, write)
+        else:
+            # Nothing goes out before the fsync (a follower's ack waits for it): inline saves a thread
+            # hop on the critical path. Requests arriving meanwhile wait in gRPC for the next iteration,
+            # which persists them together (group commit).
+            write()
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         self._sm.restore(snapshot.data)
