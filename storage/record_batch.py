@@ -17,7 +17,8 @@ compressed as a whole when attributes bits 0-2 name a codec (``storage.compressi
                                    valueLength varint (-1 = null), value bytes)
 
 With LOG_APPEND_TIME (attributes bit 3) every record's timestamp is the batch's maxTimestamp, as
-Kafka reads it. The CRC-32C covers attributes..end, so baseOffset and partitionLeaderEpoch can be
+Kafka reads it. Control batches (bit 5: transaction markers) are CRC-checked but skipped by the
+multi-batch readers unless ``include_control=True``, as Kafka's consumer skips them. The CRC-32C covers attributes..end, so baseOffset and partitionLeaderEpoch can be
 patched later without re-encoding (``batch_header.patch_offset_and_epoch``).
 
 Invariants of decoding: every byte of the region belongs to exactly ``recordsCount`` records, each
@@ -259,43 +260,49 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[DecodedBatch]:
         pos += batch.header.size_in_bytes
 
 
-def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
-    """Every record of every batch in ``buf``, in order. Raises CorruptRecordError at a bad batch."""
-    for batch in iter_batches(buf):
-        yield from batch.records
+def iter_records(buf: bytes | bytearray | memoryview, *, include_control: bool = False) -> Iterator[Record]:
+    """Every record of every data batch in ``buf``, in order; raises CorruptRecordError at a bad batch.
+
+    Control batches (transaction markers) are CRC-checked and skipped unless ``include_control``:
+    a Kafka consumer never hands their records to the application.
+    """
+    for rows in _decode_batches(buf, include_control):
+        yield from map(_make_record, rows)
 
 
-def decode_columns(buf: bytes | bytearray | memoryview) -> dict[str, list]:
-    """All records of all batches in ``buf`` as columns, for building Arrow arrays without Records.
+def decode_columns(buf: bytes | bytearray | memoryview, *, include_control: bool = False) -> dict[str, list]:
+    """All records of all data batches in ``buf`` as columns, for building Arrow arrays without Records.
 
     Keys (``COLUMNS``): ``offset`` and ``timestamp`` (lists of int), ``key`` and ``value`` (lists
-    of bytes or None), ``headers`` (lists of tuples of ``(str, bytes | None)``).
+    of bytes or None), ``headers`` (lists of tuples of ``(str, bytes | None)``). Control batches
+    are skipped as in ``iter_records``.
     """
     columns: dict[str, list] = {name: [] for name in COLUMNS}
     lists = tuple(columns.values())
-    for rows in _decode_batches(buf):
+    for rows in _decode_batches(buf, include_control):
         for column, values in zip(lists, zip(*rows, strict=True), strict=False):
             column.extend(values)
     return columns
 
 
-def decode_records(buf: bytes | bytearray | memoryview) -> list[Record]:
-    """Every record of every batch in ``buf`` as one list."""
+def decode_records(buf: bytes | bytearray | memoryview, *, include_control: bool = False) -> list[Record]:
+    """Every record of every data batch in ``buf`` as one list (control batches as in ``iter_records``)."""
     records: list[Record] = []
-    for rows in _decode_batches(buf):
+    for rows in _decode_batches(buf, include_control):
         records.extend(map(_make_record, rows))
     return records
 
 
-def _decode_batches(buf: bytes | bytearray | memoryview) -> Iterator[list[tuple]]:
+def _decode_batches(buf: bytes | bytearray | memoryview, include_control: bool) -> Iterator[list[tuple]]:
     """The rows ``(offset, timestamp, key, value, headers)`` of each batch in ``buf``, batch by batch."""
     data = buf if type(buf) is bytes else bytes(buf)
     pos = 0
     while pos < len(data):
         header = validate_batch(data, pos)
-        rows: list[tuple] = []
-        _decode_batch_into(data, pos, header, rows)
-        yield rows
+        if include_control or not header.attributes & CONTROL_MASK:
+            rows: list[tuple] = []
+            _decode_batch_into(data, pos, header, rows)
+            yield rows
         pos += header.size_in_bytes
 
 

@@ -132,6 +132,22 @@ def test_many_batches_every_api_agrees() -> None:
     assert all(type(r.value) is bytes for r in decode_records(bytearray(buf)))
 
 
+def test_control_batches_are_skipped_unless_asked_for() -> None:
+    """Kafka's consumer never returns control records (transaction markers); decode_batch shows all."""
+    marker = build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", (), TS)], base_offset=1,
+                         producer_id=5, transactional=True, control=True)  # fmt: skip
+    data = build_batch([(None, b"a", (), TS)], producer_id=5, transactional=True)
+    buf = data + marker + build_batch([(None, b"b", (), TS)], base_offset=2)
+    assert [r.offset for r in iter_records(buf)] == [0, 2]
+    assert [r.offset for r in decode_records(buf)] == [0, 2]
+    assert decode_columns(buf)["offset"] == [0, 2]
+    assert [r.offset for r in iter_records(buf, include_control=True)] == [0, 1, 2]
+    assert decode_columns(buf, include_control=True)["key"] == [None, b"\x00\x00\x00\x01", None]
+    assert decode_batch(marker).header.is_control and len(decode_batch(marker).records) == 1
+    with pytest.raises(bh.CorruptRecordError, match="CRC mismatch"):
+        list(iter_records(data + marker[:-1] + b"\xff"))
+
+
 def test_decode_batch_at_position_ignores_what_follows() -> None:
     first = build_batch([(None, b"one", (), TS)])
     second = build_batch([(None, b"two", (), TS)], base_offset=1)

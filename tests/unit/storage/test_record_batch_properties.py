@@ -47,6 +47,7 @@ def batch_kwargs(draw: st.DrawFn) -> dict:
         "transactional": producer_id != bh.NO_PRODUCER_ID and draw(st.booleans()),
         "timestamp_type": draw(st.sampled_from(list(TimestampType))),
         "partition_leader_epoch": draw(st.integers(min_value=-1, max_value=1 << 20)),
+        "control": draw(st.booleans()),
     }
 
 
@@ -66,8 +67,14 @@ def test_round_trip(inputs: list[tuple], kwargs: dict) -> None:
     batch = decode_batch(buf)
     want = expected_records(inputs, kwargs["base_offset"], kwargs["timestamp_type"])
     assert batch.records == want
-    assert decode_records(buf) == list(want) == list(iter_records(buf))
-    assert list(zip(*decode_columns(buf).values(), strict=True)) == [tuple(r) for r in want]
+    assert (
+        decode_records(buf, include_control=True)
+        == list(want)
+        == list(iter_records(buf, include_control=True))
+    )
+    columns = decode_columns(buf, include_control=True)
+    assert list(zip(*columns.values(), strict=True)) == [tuple(r) for r in want]
+    assert decode_records(buf) == ([] if kwargs["control"] else list(want)), "control batches are skipped"
     header = batch.header
     assert header.compression_type == kwargs["compression"]
     assert header.records_count == len(inputs)
@@ -75,6 +82,7 @@ def test_round_trip(inputs: list[tuple], kwargs: dict) -> None:
         kwargs["producer_id"], kwargs["producer_epoch"], kwargs["base_sequence"],
     )  # fmt: skip
     assert header.is_transactional == kwargs["transactional"]
+    assert header.is_control == kwargs["control"]
     assert header.partition_leader_epoch == kwargs["partition_leader_epoch"]
 
 
