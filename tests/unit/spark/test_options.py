@@ -111,15 +111,6 @@ def test_numbers_and_flags() -> None:
     assert parse(streaming=True, maxOffsetsPerTrigger="10").max_offsets_per_trigger == 10
 
 
-def test_test_client_options_replace_bootstrap() -> None:
-    """The test-only client factory makes bootstrap.servers optional (an in-memory cluster)."""
-    options = parse_options(
-        {"subscribe": "t", "_testClientFactory": "m:f", "_testClientArg": "x"}, streaming=False
-    )
-    assert options.bootstrap_servers == ()
-    assert (options.test_client_factory, options.test_client_arg) == ("m:f", "x")
-
-
 BAD = [
     ({"subscribe": "t"}, False, "bootstrap.servers", "required"),
     ({**BASE, "bootstrap.servers": "nohost"}, False, "bootstrap.servers", "host:port"),
@@ -200,3 +191,10 @@ def test_bad_options_name_the_option(
     assert fragment in str(info.value)
     assert isinstance(info.value, errors.KafkaError)
     assert info.value.code == errors.ErrorCode.INVALID_CONFIG
+
+
+def test_mode_unknown_checks_everything_else() -> None:
+    """streaming=None (at schema() time) skips only the batch/stream rules."""
+    assert parse_options({**BASE, "startingOffsets": "latest", "maxOffsetsPerTrigger": "5"}, streaming=None)
+    with pytest.raises(InvalidOptionError, match="minPartitions"):
+        parse_options({**BASE, "minPartitions": "-1"}, streaming=None)
