@@ -18,8 +18,9 @@ compressed as a whole when attributes bits 0-2 name a codec (``storage.compressi
 
 With LOG_APPEND_TIME (attributes bit 3) every record's timestamp is the batch's maxTimestamp, as
 Kafka reads it. Control batches (bit 5: transaction markers) are CRC-checked but skipped by the
-multi-batch readers unless ``include_control=True``, as Kafka's consumer skips them. The CRC-32C covers attributes..end, so baseOffset and partitionLeaderEpoch can be
-patched later without re-encoding (``batch_header.patch_offset_and_epoch``).
+multi-batch readers unless ``include_control=True``, as Kafka's consumer skips them. The CRC-32C
+covers attributes..end, so baseOffset and partitionLeaderEpoch can be patched later without
+re-encoding (``batch_header.patch_offset_and_epoch``).
 
 Invariants of decoding: every byte of the region belongs to exactly ``recordsCount`` records, each
 record consumes exactly its ``length``; anything else — and any bad CRC, magic, length, codec or
@@ -28,10 +29,11 @@ allows, so a hostile buffer cannot hang it.
 
 Speed: decoding is the per-record work of every consumer and Spark worker, so the inner loop
 (``_decode_region``) is one function over a ``bytes`` object with the varints inlined for the
-1- and 2-byte cases, and it fills five column lists. ``decode_columns`` hands those lists out as
-they are (for building Arrow arrays); ``Record`` objects are made from them at C speed, which is
-why ``Record`` is a ``NamedTuple`` (immutable, like a frozen dataclass, but built without Python
-``__init__`` code per record).
+1- and 2-byte cases (looked up in tables rather than computed), appending one plain tuple per
+record. ``decode_columns`` transposes those tuples with ``zip`` (for building Arrow arrays);
+``Record`` objects are made from them by ``map`` at C speed, which is why ``Record`` is a
+``NamedTuple`` (immutable, like a frozen dataclass, but built without Python ``__init__`` code per
+record). Encoding joins precomputed varint bytes (``varint.SMALL_VARINTS``) once per batch.
 
 Thread-safety: pure functions; the returned bytes and tuples are immutable.
 """
