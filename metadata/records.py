@@ -270,8 +270,36 @@ def _from_pb(msg: pb.MetadataRecord) -> Record:
 
 
 def encode_batch(records: tuple[Record, ...] | list[Record]) -> bytes:
-    """The bytes of one metadata-log entry."""
-    return pb.MetadataBatch(records=[_to_pb(r) for r in records]).SerializeToString()
+    """The bytes of one metadata-log entry.
+
+    Partition records dominate big batches (a fence moves thousands of leaders), so they are written
+    straight into the batch's repeated field: about twice as fast as building and copying messages.
+    """
+    batch = pb.MetadataBatch()
+    add = batch.records.add
+    for record in records:
+        kind = type(record)
+        if kind is PartitionChangeRecord:
+            m = add().partition_change
+            m.topic_id = record.topic_id
+            m.partition = record.partition
+            if record.leader is not None:
+                m.leader = record.leader
+            if record.isr is not None:
+                m.isr_changed = True
+                m.isr.extend(record.isr)
+        elif kind is PartitionRecord:
+            m = add().partition
+            m.topic_id = record.topic_id
+            m.partition = record.partition
+            m.replicas.extend(record.replicas)
+            m.isr.extend(record.isr)
+            m.leader = record.leader
+            m.leader_epoch = record.leader_epoch
+            m.partition_epoch = record.partition_epoch
+        else:
+            add().CopyFrom(_to_pb(record))
+    return batch.SerializeToString()
 
 
 def decode_batch(data: bytes) -> tuple[Record, ...]:
@@ -280,7 +308,19 @@ def decode_batch(data: bytes) -> tuple[Record, ...]:
         batch = pb.MetadataBatch.FromString(data)
     except DecodeError as exc:
         raise CorruptMetadataError(f"metadata batch of {len(data)} bytes does not decode: {exc}") from exc
-    return tuple(_from_pb(r) for r in batch.records)
+    out: list[Record] = []
+    for msg in batch.records:
+        if msg.WhichOneof("record") == "partition_change":  # the bulk of big batches: decoded inline
+            r = msg.partition_change
+            leader = r.leader if r.HasField("leader") else None
+            out.append(
+                PartitionChangeRecord(
+                    r.topic_id, r.partition, leader, tuple(r.isr) if r.isr_changed else None
+                )
+            )
+        else:
+            out.append(_from_pb(msg))
+    return tuple(out)
 
 
 def encode_snapshot(offset: int, records: list[Record]) -> bytes:

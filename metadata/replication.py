@@ -52,18 +52,11 @@ def unclean_allowed(image: MetadataImage, topic_id: str) -> bool:
 
 def usable_fn(
     image: MetadataImage, unusable: frozenset[int] = frozenset(), usable: frozenset[int] = frozenset()
-):
-    """A predicate: may this broker lead / be in an ISR, given brokers being fenced or unfenced now."""
-
-    def is_usable(broker_id: int) -> bool:
-        if broker_id in usable:
-            return True
-        if broker_id in unusable:
-            return False
-        reg = image.brokers.get(broker_id)
-        return reg is not None and reg.is_usable
-
-    return is_usable
+) -> Callable[[int], bool]:
+    """A predicate: may this broker lead / be in an ISR, given brokers being fenced or unfenced now.
+    A set lookup (brokers are few, partitions many: this runs once per replica per decision)."""
+    base = {b for b, reg in image.brokers.items() if reg.is_usable}
+    return frozenset((base - unusable) | usable).__contains__
 
 
 def new_partition_records(
@@ -93,63 +86,51 @@ def placement(
 # ---- leadership moves ----------------------------------------------------------------------------
 
 
-class _Pending:
-    """Partition states as this decision changes them; yields one merged record per partition."""
-
-    def __init__(self, image: MetadataImage) -> None:
-        self.image = image
-        self.changed: dict[TopicPartition, PartitionRegistration] = {}
-
-    def get(self, tp: TopicPartition) -> PartitionRegistration:
-        p = self.changed.get(tp)
-        if p is None:
-            p = self.image.partition(*tp)
-            assert p is not None, f"indexed partition {tp} is missing"
-        return p
-
-    def update(self, tp: TopicPartition, record: PartitionChangeRecord | None) -> None:
-        if record is not None:
-            self.changed[tp] = changed_partition(self.get(tp), record)
-
-    def records(self) -> list[PartitionChangeRecord]:
-        out = []
-        for (topic_id, partition), new in self.changed.items():
-            old = self.image.partition(topic_id, partition)
-            assert old is not None
-            if new.leader != old.leader or new.isr != old.isr:
-                leader = None if new.leader == old.leader else new.leader
-                out.append(
-                    PartitionChangeRecord(
-                        topic_id, partition, leader, None if new.isr == old.isr else new.isr
-                    )
-                )
-        return out
+def _merged_records(
+    image: MetadataImage, changed: dict[TopicPartition, PartitionRegistration]
+) -> list[PartitionChangeRecord]:
+    """One record per changed partition: from its state in the image to its final state."""
+    out = []
+    for (topic_id, partition), new in changed.items():
+        old = image.topics[topic_id].partitions[partition]
+        if new.leader != old.leader or new.isr != old.isr:
+            leader = None if new.leader == old.leader else new.leader
+            out.append(
+                PartitionChangeRecord(topic_id, partition, leader, None if new.isr == old.isr else new.isr)
+            )
+    return out
 
 
 def move_leadership_off(image: MetadataImage, broker_ids: Iterable[int]) -> list[PartitionChangeRecord]:
-    """Remove brokers being fenced or shut down from every ISR; re-elect where one of them led."""
+    """Remove brokers being fenced or shut down from every ISR; re-elect where one of them led.
+
+    ``changed`` is the pending view: when several brokers leave at once, a partition's second change
+    starts from its first, and one merged record per partition comes out."""
     leaving = frozenset(broker_ids)
     is_usable = usable_fn(image, unusable=leaving)
-    pending = _Pending(image)
+    topics = image.topics
+    changed: dict[TopicPartition, PartitionRegistration] = {}
     unclean_cache: dict[str, bool] = {}
     for broker_id in sorted(leaving):
         for tp in image.partitions_hosted_by(broker_id):
-            p = pending.get(tp)
+            topic_id, partition = tp
+            p = changed.get(tp) or topics[topic_id].partitions[partition]
             if broker_id not in p.isr and p.leader != broker_id:
                 continue
-            topic_id, partition = tp
-            if topic_id not in unclean_cache:
-                unclean_cache[topic_id] = unclean_allowed(image, topic_id)
+            unclean = unclean_cache.get(topic_id)
+            if unclean is None:
+                unclean = unclean_cache[topic_id] = unclean_allowed(image, topic_id)
             record = partition_change_builder(
                 topic_id,
                 partition,
                 p,
                 is_usable,
                 target_isr=isr_without(p.isr, broker_id),
-                unclean_allowed=unclean_cache[topic_id],
+                unclean_allowed=unclean,
             )
-            pending.update(tp, record)
-    return pending.records()
+            if record is not None:
+                changed[tp] = changed_partition(p, record)
+    return _merged_records(image, changed)
 
 
 def elect_offline_partitions(image: MetadataImage, broker_id: int) -> list[PartitionChangeRecord]:

@@ -153,7 +153,7 @@ class ControllerNode:
         await self.driver.start()
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         self.driver.add_to_server(self.server)
-        active = ActiveController(self.driver, self.controller)
+        active = ActiveController(self.driver, self.controller, self.state_machine)
         wait_s = 4 * self.settings.election_timeout_ms / 1000
         self.forwarder = Forwarder(self.driver, self.voters, leader_wait_s=wait_s, call_timeout_s=10.0)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(

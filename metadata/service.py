@@ -54,9 +54,12 @@ def now_ms() -> int:
 class ActiveController:
     """Serialises decisions on the active controller: barrier, generate, commit, replay, answer."""
 
-    def __init__(self, driver: RaftDriver, controller: QuorumController) -> None:
+    def __init__(
+        self, driver: RaftDriver, controller: QuorumController, state_machine: MetadataStateMachine
+    ) -> None:
         self.driver = driver
         self.controller = controller
+        self.state_machine = state_machine
         self._lock = asyncio.Lock()
         self._active_term: int | None = None
 
@@ -79,7 +82,9 @@ class ActiveController:
             if not result.records:
                 return result.response, None
             try:
-                offset = await self.driver.propose(encode_batch(result.records))
+                data = encode_batch(result.records)
+                self.state_machine.expect(data, result.records)
+                offset = await self.driver.propose(data)
             except BaseException:
                 self._active_term = None  # outcome unknown: barrier again before the next decision
                 raise
@@ -435,6 +440,8 @@ async def fence_loop(active: ActiveController, interval_s: float) -> None:
             continue
         try:
             fenced, _ = await active.write(controller.maybe_fence_stale_brokers)
+        except NotLeaderError:
+            continue  # leadership moved between the check and the write; the new leader fences
         except errors.KafkaError as exc:
             log.warning("fencing check failed: %s", exc)
             continue

@@ -22,7 +22,7 @@ from collections import deque
 
 from metadata.controller import QuorumController
 from metadata.image import MetadataImage
-from metadata.records import decode_batch
+from metadata.records import Record, decode_batch
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,22 @@ class MetadataStateMachine:
         self.tail: deque[tuple[int, bytes]] = deque()
         self.tail_start_offset = controller.image.offset
         self._new_entry: asyncio.Future[None] | None = None
+        self._own: tuple[bytes, tuple[Record, ...]] | None = None
 
     # ---- raft.driver.StateMachine ----------------------------------------------------------------
 
+    def expect(self, data: bytes, records: tuple[Record, ...]) -> None:
+        """The active controller proposed ``data`` encoding ``records``: when that entry commits, replay
+        these records instead of decoding the bytes again (KRaft's active controller does the same)."""
+        self._own = (data, records)
+
     def apply(self, index: int, data: bytes) -> None:
-        records = decode_batch(data)
+        own = self._own
+        if own is not None and (own[0] is data or own[0] == data):
+            records = own[1]
+            self._own = None
+        else:
+            records = decode_batch(data)
         self.controller.replay(records, index)
         self.tail.append((index, data))
         while len(self.tail) > self.max_tail_entries:

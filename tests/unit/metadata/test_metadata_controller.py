@@ -442,3 +442,19 @@ def test_fencing_a_broker_leading_10000_partitions_is_fast(make_harness) -> None
     assert elapsed < 1.0, f"fence generation took {elapsed:.3f} s"
     h.commit(result)
     assert {p.leader for p in h.image.topic_by_name("big").partitions.values()} == {2}
+
+
+def test_fencing_two_brokers_at_once_merges_changes(cluster) -> None:
+    """Two brokers fenced by one decision: each partition gets ONE record computed from the pending
+    state (the leader epoch bumps once), and the last live ISR member in assignment order leads."""
+    cluster.create("t", assignments={0: (1, 2, 3), 1: (2, 1, 3), 2: (3, 1, 2)}, partitions=-1, rf=-1)
+    cluster.controller.activate(cluster.now_ms)
+    timeout = cluster.controller.config.broker_session_timeout_ms
+    cluster.controller.heartbeats.touch(3, cluster.now_ms + timeout)
+    result = cluster.controller.maybe_fence_stale_brokers(cluster.now_ms + timeout + 1)
+    assert result.response == [1, 2]
+    changes = [r for r in result.records if type(r).__name__ == "PartitionChangeRecord"]
+    assert sorted(r.partition for r in changes) == [0, 1, 2], "one record per partition"
+    cluster.commit(result)
+    states = [cluster.partition("t", i) for i in range(3)]
+    assert [(p.leader, p.isr, p.leader_epoch) for p in states] == [(3, (3,), 1), (3, (3,), 1), (3, (3,), 0)]
