@@ -106,6 +106,25 @@ class FollowerFetchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerFetchResult:
+    """The leader's answer to one partition of a consumer fetch, before reading records.
+
+    With neither ``error`` nor ``diverging_epoch`` the driver reads ``[fetch_offset, max_offset)``.
+    There are no transactions, so the last stable offset is the high watermark.
+    """
+
+    error: PartitionError | None
+    diverging_epoch: EpochEndOffset | None
+    high_watermark: int
+    log_start_offset: int
+    max_offset: int
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark
+
+
+@dataclass(frozen=True, slots=True)
 class ProduceCheck:
     """Whether a delayed acks=all produce may be answered: ``done`` with ``code`` (NONE on success)."""
 
@@ -328,6 +347,45 @@ class Partition:
         )
         self.log_end_offset = log_end_offset
         return self.maybe_increment_high_watermark() if self.role is Role.LEADER else None
+
+    def handle_consumer_fetch(
+        self,
+        fetch_offset: int,
+        current_leader_epoch: int | None,
+        last_fetched_epoch: int | None,
+        epoch_entries: Sequence[EpochEntry],
+    ) -> ConsumerFetchResult:
+        """One partition of a consumer fetch: fence, detect truncation (KIP-320), check the range.
+
+        Consumers read ``[log_start_offset, high_watermark)``: a fetch offset outside
+        ``[log_start_offset, high_watermark]`` gets OFFSET_OUT_OF_RANGE with the valid range in the
+        result. With ``last_fetched_epoch`` the consumer learns through ``diverging_epoch`` that the
+        records it read past the leader's end of that epoch were truncated.
+        """
+        error = self.check_leader(current_leader_epoch)
+        diverging = None
+        if error is None:
+            diverging = divergence.diverging_epoch(
+                epoch_entries, self.log_end_offset, fetch_offset, last_fetched_epoch
+            )
+        if (
+            error is None
+            and diverging is None
+            and not (self.log_start_offset <= fetch_offset <= self.high_watermark)
+        ):
+            error = self._out_of_range(fetch_offset, self.high_watermark)
+        return ConsumerFetchResult(
+            error, diverging, self.high_watermark, self.log_start_offset, self.high_watermark
+        )
+
+    def handle_offsets_for_leader_epoch(
+        self, current_leader_epoch: int | None, leader_epoch: int, epoch_entries: Sequence[EpochEntry]
+    ) -> tuple[PartitionError | None, EpochEndOffset]:
+        """OffsetsForLeaderEpoch on the leader: the largest epoch <= ``leader_epoch`` and its end."""
+        error = self.check_leader(current_leader_epoch)
+        if error is not None:
+            return error, divergence.UNDEFINED
+        return None, divergence.end_offset_for_epoch(epoch_entries, leader_epoch, self.log_end_offset)
 
     def handle_follower_fetch(
         self,

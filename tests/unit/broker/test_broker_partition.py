@@ -275,3 +275,42 @@ def test_invariants_catch_hw_falling_within_epoch() -> None:
     p.high_watermark = 4  # what a bug would do
     with pytest.raises(AssertionError, match="HW fell from 5 to 4"):
         p.invariants()
+
+
+@pytest.mark.parametrize(
+    ("fetch_offset", "request_epoch", "last_epoch", "code", "diverging"),
+    [
+        (5, 3, None, None, None),  # at the HW: nothing yet, long-poll
+        (0, None, None, None, None),
+        (6, 3, None, ErrorCode.OFFSET_OUT_OF_RANGE, None),  # beyond the HW: uncommitted
+        (4, 2, None, ErrorCode.FENCED_LEADER_EPOCH, None),
+        (4, 4, None, ErrorCode.UNKNOWN_LEADER_EPOCH, None),
+        (5, 3, 2, None, EpochEndOffset(1, 4)),  # KIP-320: read epoch-2 records the leader never had
+        (4, 3, 1, None, None),
+    ],
+    ids=["at-hw", "start", "past-hw", "fenced", "unknown-epoch", "truncated", "consistent"],
+)
+def test_consumer_fetch(
+    fetch_offset: int, request_epoch: int | None, last_epoch: int | None, code, diverging
+) -> None:
+    """Consumers read only [log start, HW); OFFSET_OUT_OF_RANGE carries the valid range; a consumer
+    whose last fetched epoch diverges from the leader's log gets a diverging epoch (truncation seen)."""
+    p = leader()
+    entries = (EpochEntry(1, 0), EpochEntry(3, 4))
+    result = p.handle_consumer_fetch(fetch_offset, request_epoch, last_epoch, entries)
+    assert (result.error.code if result.error else None) == code
+    assert result.diverging_epoch == diverging
+    assert (result.high_watermark, result.log_start_offset, result.max_offset) == (5, 0, 5)
+    assert result.last_stable_offset == 5
+    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        assert "[0, 5]" in result.error.message
+
+
+def test_offsets_for_leader_epoch() -> None:
+    """KIP-101/KIP-279: the leader answers the largest epoch <= the requested one and where it ends."""
+    p = leader()
+    entries = (EpochEntry(1, 0), EpochEntry(3, 4))
+    assert p.handle_offsets_for_leader_epoch(3, 2, entries) == (None, EpochEndOffset(1, 4))
+    assert p.handle_offsets_for_leader_epoch(None, 3, entries) == (None, EpochEndOffset(3, 10))
+    error, answer = p.handle_offsets_for_leader_epoch(2, 3, entries)
+    assert error is not None and error.code == ErrorCode.FENCED_LEADER_EPOCH and answer.end_offset == -1
