@@ -45,6 +45,7 @@ FORWARDED_HEADER = "x-pykraft-forwarded"
 FETCH_MAX_ENTRIES = 1_000
 FETCH_POLL_S = 1.0
 LEADER_POLL_S = 0.02
+LARGE_DECISION_RECORDS = 1_000  # log how long decisions this large take
 
 
 def now_ms() -> int:
@@ -78,16 +79,25 @@ class ActiveController:
         """``(response, offset)``: offset of the committed entry, None when there were no records."""
         async with self._lock:
             await self._ensure_active()
+            started = time.perf_counter()
             result = generate(now_ms())
             if not result.records:
                 return result.response, None
             try:
                 data = encode_batch(result.records)
+                generated = time.perf_counter()
                 self.state_machine.expect(data, result.records)
                 offset = await self.driver.propose(data)
             except BaseException:
                 self._active_term = None  # outcome unknown: barrier again before the next decision
                 raise
+            if len(result.records) >= LARGE_DECISION_RECORDS:
+                log.info(
+                    "decision of %d records (%d bytes) at offset %d: generated in %.0f ms, committed and "
+                    "replayed in %.0f ms",
+                    len(result.records), len(data), offset, (generated - started) * 1000,
+                    (time.perf_counter() - generated) * 1000,
+                )  # fmt: skip
             return result.response, offset
 
     async def read(self) -> None:
