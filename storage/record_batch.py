@@ -30,7 +30,7 @@ allows, so a hostile buffer cannot hang it.
 Speed: decoding is the per-record work of every consumer and Spark worker, so the inner loop
 (``_decode_region``) is one function over a ``bytes`` object with the varints inlined for the
 1- and 2-byte cases (looked up in tables rather than computed), appending one plain tuple per
-record. ``decode_columns`` transposes those tuples with ``zip`` (for building Arrow arrays);
+record. ``decode_columns`` transposes those tuples with ``itemgetter`` maps (for Arrow arrays);
 ``Record`` objects are made from them by ``map`` at C speed, which is why ``Record`` is a
 ``NamedTuple`` (immutable, like a frozen dataclass, but built without Python ``__init__`` code per
 record). Encoding joins precomputed varint bytes (``varint.SMALL_VARINTS``) once per batch.
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -114,6 +115,7 @@ class DecodedBatch:
 
 # Builds a Record from a (offset, timestamp, key, value, headers) tuple without Python code.
 _make_record = functools.partial(tuple.__new__, Record)
+_FIELDS = tuple(operator.itemgetter(index) for index in range(len(COLUMNS)))  # a row's columns
 _HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER_STRUCT.size == HEADER_SIZE, _HEADER_STRUCT.size
 _NO_HEADERS: tuple[Header, ...] = ()
@@ -280,10 +282,10 @@ def decode_columns(buf: bytes | bytearray | memoryview, *, include_control: bool
     are skipped as in ``iter_records``.
     """
     columns: dict[str, list] = {name: [] for name in COLUMNS}
-    lists = tuple(columns.values())
+    extends = [(column.extend, field) for column, field in zip(columns.values(), _FIELDS, strict=True)]
     for rows in _decode_batches(buf, include_control):
-        for column, values in zip(lists, zip(*rows, strict=True), strict=False):
-            column.extend(values)
+        for extend, field in extends:
+            extend(map(field, rows))
     return columns
 
 
