@@ -50,6 +50,7 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
 _MAX_TIMESTAMP_POS = 35
+_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: bytes 0-15
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -86,7 +87,7 @@ class TimestampAndOffset:
 
 @dataclass(frozen=True, slots=True)
 class _ValidBatches:
-    buffer: bytearray
+    data: memoryview
     headers: list[tuple[int, BatchHeader]]
 
 
@@ -202,7 +203,13 @@ class Log:
     # ------------------------------------------------------------------------------------- appends
 
     def append_as_leader(self, batches: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
-        """Validate, assign offsets from the LEO and ``leader_epoch``, write. All or nothing."""
+        """Validate, assign offsets from the LEO and ``leader_epoch``, write. All or nothing.
+
+        The caller's buffer is never modified: each batch is written as a fresh 16-byte prefix
+        (baseOffset, batchLength, partitionLeaderEpoch) plus a view of its remaining bytes, in one
+        ``writev`` — no copy of the records. LogAppendTime changes bytes inside the CRC, so that
+        (rare) topic setting copies the buffer and recomputes each CRC.
+        """
         assert leader_epoch >= 0, f"leader epoch {leader_epoch} must be >= 0"
         latest = self._leader_epoch_cache.latest_epoch
         if latest is not None and leader_epoch < latest:
@@ -212,20 +219,43 @@ class Log:
             )
         valid = self._validate(batches)
         now_ms = self._clock_ms()
-        log_append_time = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
-        first_offset = offset = self.log_end_offset
-        appended = []
-        for position, header in valid.headers:
-            patch_offset_and_epoch(valid.buffer, position, offset, leader_epoch)
-            max_timestamp = header.max_timestamp
-            if log_append_time != NO_TIMESTAMP:
-                max_timestamp = _stamp_log_append_time(valid.buffer, position, header, log_append_time)
-            last_offset = offset + header.last_offset_delta
-            appended.append(AppendedBatch(position, header.size_in_bytes, last_offset, max_timestamp))
-            offset = last_offset + 1
-        info = self._append(valid, appended, first_offset, log_append_time, now_ms)
+        if self.config.message_timestamp_type == LOG_APPEND_TIME:
+            pieces, appended = self._assign_with_log_append_time(valid, leader_epoch, now_ms)
+            log_append_time = now_ms
+        else:
+            pieces, appended = self._assign(valid, leader_epoch)
+            log_append_time = NO_TIMESTAMP
+        first_offset = self.log_end_offset
+        info = self._append(valid, pieces, appended, first_offset, log_append_time, now_ms)
         self._leader_epoch_cache.assign(leader_epoch, first_offset)
         return info
+
+    def _assign(self, valid: _ValidBatches, leader_epoch: int) -> tuple[list, list[AppendedBatch]]:
+        """Offsets from the LEO: a patched prefix plus the untouched rest of each batch."""
+        offset = self.log_end_offset
+        pieces: list[bytes | memoryview] = []
+        appended = []
+        for position, header in valid.headers:
+            pieces.append(_PREFIX.pack(offset, header.batch_length, leader_epoch))
+            pieces.append(valid.data[position + _PREFIX.size : position + header.size_in_bytes])
+            last_offset = offset + header.last_offset_delta
+            appended.append(AppendedBatch(position, header.size_in_bytes, last_offset, header.max_timestamp))
+            offset = last_offset + 1
+        return pieces, appended
+
+    def _assign_with_log_append_time(
+        self, valid: _ValidBatches, leader_epoch: int, now_ms: int
+    ) -> tuple[list, list[AppendedBatch]]:
+        buffer = bytearray(valid.data)
+        offset = self.log_end_offset
+        appended = []
+        for position, header in valid.headers:
+            patch_offset_and_epoch(buffer, position, offset, leader_epoch)
+            _stamp_log_append_time(buffer, position, header, now_ms)
+            last_offset = offset + header.last_offset_delta
+            appended.append(AppendedBatch(position, header.size_in_bytes, last_offset, now_ms))
+            offset = last_offset + 1
+        return [buffer], appended
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches fetched from the leader, keeping their offsets and leader epochs."""
@@ -242,7 +272,8 @@ class Log:
                 AppendedBatch(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
             )
             expected = header.next_offset
-        info = self._append(valid, appended, valid.headers[0][1].base_offset, NO_TIMESTAMP, self._clock_ms())
+        first_offset = valid.headers[0][1].base_offset
+        info = self._append(valid, [valid.data], appended, first_offset, NO_TIMESTAMP, self._clock_ms())
         for _, header in valid.headers:
             if header.partition_leader_epoch >= 0:
                 self._leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
@@ -250,22 +281,23 @@ class Log:
 
     def _validate(self, batches: bytes | bytearray | memoryview) -> _ValidBatches:
         """Check every batch before anything is written; raise the first problem as a Kafka error."""
-        if not batches:
+        data = memoryview(batches).cast("B")
+        if not data:
             raise errors.CorruptMessageError(f"{self.directory.name}: an append needs at least one batch")
-        if len(batches) > self.config.segment_bytes:
+        if len(data) > self.config.segment_bytes:
             raise errors.RecordListTooLargeError(
-                f"{len(batches)} bytes of batches exceed segment.bytes={self.config.segment_bytes}"
+                f"{len(data)} bytes of batches exceed segment.bytes={self.config.segment_bytes}"
             )
         headers = []
         try:
-            for position, header in iter_batches(batches):
+            for position, header in iter_batches(data):
                 self._check_batch(position, header)
                 headers.append((position, header))
         except CorruptRecordError as exc:
             raise errors.CorruptMessageError(
                 f"{self.directory.name}: batch {len(headers)} is corrupt: {exc.reason}"
             ) from None
-        return _ValidBatches(bytearray(batches), headers)
+        return _ValidBatches(data, headers)
 
     def _check_batch(self, position: int, header: BatchHeader) -> None:
         if header.size_in_bytes > self.config.max_message_bytes:
@@ -282,13 +314,14 @@ class Log:
     def _append(
         self,
         valid: _ValidBatches,
+        pieces: list,
         appended: list[AppendedBatch],
         first_offset: int,
         log_append_time: int,
         now_ms: int,
     ) -> LogAppendInfo:
-        self._maybe_roll(len(valid.buffer), appended, now_ms)
-        self.active_segment.append(valid.buffer, appended)
+        self._maybe_roll(len(valid.data), appended, now_ms)
+        self.active_segment.append(pieces, len(valid.data), appended)
         records = sum(header.records_count for _, header in valid.headers)
         best = max(appended, key=lambda batch: batch.max_timestamp)
         info = LogAppendInfo(
@@ -300,7 +333,7 @@ class Log:
             log_start_offset=self._log_start_offset,
             num_batches=len(appended),
             num_records=records,
-            valid_bytes=len(valid.buffer),
+            valid_bytes=len(valid.data),
         )
         self._unflushed_records += records
         self._maybe_flush_after_append(now_ms)
@@ -587,7 +620,7 @@ class Log:
         assert not entries or entries[-1].start_offset <= leo, f"epoch {entries[-1]} starts past LEO {leo}"
 
 
-def _stamp_log_append_time(buffer: bytearray, position: int, header: BatchHeader, now_ms: int) -> int:
+def _stamp_log_append_time(buffer: bytearray, position: int, header: BatchHeader, now_ms: int) -> None:
     """Set the LogAppendTime type and maxTimestamp (both inside the CRC), then recompute the CRC."""
     _I16.pack_into(buffer, position + ATTRIBUTES_POS, header.attributes | TIMESTAMP_TYPE_MASK)
     _I64.pack_into(buffer, position + _MAX_TIMESTAMP_POS, now_ms)

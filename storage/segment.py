@@ -43,6 +43,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
 _I32 = struct.Struct(">i")
+_IOV_MAX = 1024  # POSIX's minimum IOV_MAX for Linux: buffers per writev call
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -127,8 +128,8 @@ class LogSegment:
 
     # ----------------------------------------------------------------------------------------- writes
 
-    def append(self, buffer: bytes | bytearray | memoryview, batches: list[AppendedBatch]) -> None:
-        """Append whole batches (already validated and offset-assigned) and index them."""
+    def append(self, pieces: list, size_bytes: int, batches: list[AppendedBatch]) -> None:
+        """Append whole batches (validated, offsets assigned), given as buffers to write in order."""
         position = self.size_bytes
         for batch in batches:
             assert batch.last_offset >= self.next_offset, (
@@ -144,7 +145,8 @@ class LogSegment:
             self.next_offset = batch.last_offset + 1
             if self.first_batch_timestamp is None:
                 self.first_batch_timestamp = batch.max_timestamp
-        _write_all(self._fd, buffer)
+        assert position - self.size_bytes == size_bytes, f"batches add to {position - self.size_bytes} bytes"
+        _write_all(self._fd, pieces, size_bytes)
         self.size_bytes = position
 
     def _track_max_timestamp(self, timestamp: int, offset: int) -> None:
@@ -329,10 +331,19 @@ class LogSegment:
         )
 
 
-def _write_all(fd: int, buffer: bytes | bytearray | memoryview) -> None:
-    view = memoryview(buffer)
-    while view:
-        view = view[os.write(fd, view) :]
+def _write_all(fd: int, pieces: list, size_bytes: int) -> None:
+    """Write the buffers in order with ``writev``; a short write (rare) finishes with plain writes."""
+    written = 0
+    for start in range(0, len(pieces), _IOV_MAX):
+        chunk = pieces[start : start + _IOV_MAX]
+        chunk_bytes = sum(len(piece) for piece in chunk)
+        done = os.writev(fd, chunk)
+        if done < chunk_bytes:
+            rest = memoryview(b"".join(chunk))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+        written += chunk_bytes
+    assert written == size_bytes, f"wrote {written} bytes, expected {size_bytes}"
 
 
 def _pread_all(fd: int, size: int, position: int) -> bytes:

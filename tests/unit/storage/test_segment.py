@@ -37,7 +37,7 @@ def segment(tmp_path: Path):
 def append(segment: LogSegment, base_offset: int, timestamp: int) -> None:
     buf = bytearray(make_batch(3, timestamp=timestamp))
     struct.pack_into(">q", buf, 0, base_offset)
-    segment.append(buf, [AppendedBatch(0, len(buf), base_offset + 2, timestamp + 2)])
+    segment.append([buf], len(buf), [AppendedBatch(0, len(buf), base_offset + 2, timestamp + 2)])
 
 
 def test_append_tracks_end_size_and_sparse_index(segment: LogSegment) -> None:
