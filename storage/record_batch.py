@@ -335,6 +335,7 @@ def _decode_region(
 ) -> None:
     """Decode ``count`` records from ``data[pos:end]`` onto ``rows`` as tuples. The hot loop."""
     append = rows.append
+    zz1, zz2, no_headers, min_body = _ZZ1, _ZZ2, _NO_HEADERS, MIN_RECORD_BODY_BYTES  # locals: faster
     index = 0
     try:
         for index in range(count):  # index names the record in error messages
@@ -342,14 +343,14 @@ def _decode_region(
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
-                record_end = pos + _ZZ1[raw]
+                record_end = pos + zz1[raw]
             elif (low := data[pos + 1]) < 0x80:
                 pos += 2
-                record_end = pos + _ZZ2[raw + (low << 7)]
+                record_end = pos + zz2[raw + (low << 7)]
             else:
                 raw, pos = read_unsigned(data, pos)
                 record_end = pos + ((raw >> 1) ^ -(raw & 1))
-            if not pos + MIN_RECORD_BODY_BYTES <= record_end <= end:
+            if not pos + min_body <= record_end <= end:
                 raise CorruptRecordError(
                     f"record {index} length {(raw >> 1) ^ -(raw & 1)} at byte {pos} does not fit "
                     f"the {end - pos} bytes left (minimum {MIN_RECORD_BODY_BYTES})"
@@ -358,10 +359,10 @@ def _decode_region(
             raw = data[pos + 1]
             if raw < 0x80:
                 pos += 2
-                timestamp = base_timestamp + _ZZ1[raw]
+                timestamp = base_timestamp + zz1[raw]
             elif (low := data[pos + 2]) < 0x80:
                 pos += 3
-                timestamp = base_timestamp + _ZZ2[raw + (low << 7)]
+                timestamp = base_timestamp + zz2[raw + (low << 7)]
             else:
                 raw, pos = read_unsigned(data, pos + 1)
                 timestamp = base_timestamp + ((raw >> 1) ^ -(raw & 1))
@@ -369,10 +370,10 @@ def _decode_region(
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
-                offset = base_offset + _ZZ1[raw]
+                offset = base_offset + zz1[raw]
             elif (low := data[pos + 1]) < 0x80:
                 pos += 2
-                offset = base_offset + _ZZ2[raw + (low << 7)]
+                offset = base_offset + zz2[raw + (low << 7)]
             else:
                 raw, pos = read_unsigned(data, pos)
                 offset = base_offset + ((raw >> 1) ^ -(raw & 1))
@@ -380,7 +381,7 @@ def _decode_region(
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
-                size = _ZZ1[raw]
+                size = zz1[raw]
             else:
                 raw, pos = read_unsigned(data, pos)
                 size = (raw >> 1) ^ -(raw & 1)
@@ -394,10 +395,10 @@ def _decode_region(
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
-                size = _ZZ1[raw]
+                size = zz1[raw]
             elif (low := data[pos + 1]) < 0x80:
                 pos += 2
-                size = _ZZ2[raw + (low << 7)]
+                size = zz2[raw + (low << 7)]
             else:
                 raw, pos = read_unsigned(data, pos)
                 size = (raw >> 1) ^ -(raw & 1)
@@ -411,7 +412,7 @@ def _decode_region(
             # headers: almost always none
             if data[pos] == 0:
                 pos += 1
-                append((offset, timestamp, key, value, _NO_HEADERS))
+                append((offset, timestamp, key, value, no_headers))
             else:
                 headers, pos = _decode_headers(data, pos, record_end, index)
                 append((offset, timestamp, key, value, headers))
