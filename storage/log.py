@@ -364,10 +364,10 @@ class Log:
             limit = end[0] if end is not None else limit
         if limit <= start_position:
             return b""
-        want = min(max(max_bytes, first_size), limit - start_position)
-        data = segment.read(start_position, start_position + want)
-        whole = segment.last_batch_end(start_position, data)
-        return data if whole == len(data) else data[:whole]
+        # Whole batches only, and at least the first one (Kafka's rule: consumers always progress).
+        want_end = min(start_position + max(max_bytes, first_size), limit)
+        end = segment.whole_batches_end(start_position, want_end) if want_end < limit else limit
+        return segment.read(start_position, end)
 
     def _check_readable(self, offset: int) -> None:
         if not self._log_start_offset <= offset <= self.log_end_offset:

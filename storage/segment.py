@@ -216,20 +216,25 @@ class LogSegment:
                 return position, header
         return None
 
-    def last_batch_end(self, start_position: int, data: bytes) -> int:
-        """Length of the longest prefix of ``data`` (read at ``start_position``) made of whole batches."""
-        # Jump to the last indexed batch start inside the data, so the walk covers one index interval.
+    def whole_batches_end(self, start_position: int, end_position: int) -> int:
+        """The last batch boundary <= ``end_position``, walking from a batch start at ``start_position``.
+
+        Jumps to the last indexed batch start before ``end_position`` first, so the walk over batch
+        lengths (4-byte preads) covers at most one index interval.
+        """
+        if end_position >= self.size_bytes:
+            return self.size_bytes
         positions = self.offset_index.values
-        index = bisect.bisect_right(positions, start_position + len(data)) - 1
-        end = positions[index] - start_position if index >= 0 and positions[index] > start_position else 0
-        cursor = end
-        while cursor + LOG_OVERHEAD <= len(data):
-            size = _I32.unpack_from(data, cursor + LENGTH_POS)[0] + LOG_OVERHEAD
-            if cursor + size > len(data):
-                break
+        index = bisect.bisect_right(positions, end_position) - 1
+        cursor = max(positions[index], start_position) if index >= 0 else start_position
+        while True:
+            raw = os.pread(self._fd, 4, cursor + LENGTH_POS)
+            if len(raw) < 4:
+                return cursor
+            size = _I32.unpack(raw)[0] + LOG_OVERHEAD
+            if size < LOG_OVERHEAD or cursor + size > end_position:
+                return cursor
             cursor += size
-            end = cursor
-        return end
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(max timestamp, offset) of the first batch at/after ``start_offset`` reaching ``timestamp``."""

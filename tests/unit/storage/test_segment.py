@@ -72,14 +72,27 @@ def test_read_slices_file_bytes(segment: LogSegment) -> None:
 
 
 @pytest.mark.parametrize(
-    ("start", "length", "whole"),
-    [(0, ONE * 6, ONE * 6), (0, ONE * 2 + 5, ONE * 2), (ONE, ONE - 1, 0), (ONE, ONE * 4 + 7, ONE * 4)],
-    ids=["everything", "cut-after-two", "less-than-one", "from-second"],
+    ("start", "end", "whole"),
+    [
+        (0, ONE * 6, ONE * 6),
+        (0, ONE * 6 + 99, ONE * 6),
+        (0, ONE * 2 + 5, ONE * 2),
+        (ONE, ONE * 2 - 1, ONE),
+        (ONE, ONE * 5 + 7, ONE * 5),
+        (ONE * 3, ONE * 5 - 1, ONE * 4),
+    ],
+    ids=[
+        "everything",
+        "past-the-end",
+        "cut-after-two",
+        "less-than-one",
+        "from-second",
+        "past-an-index-entry",
+    ],
 )
-def test_last_batch_end(segment: LogSegment, start: int, length: int, whole: int) -> None:
-    """The longest whole-batch prefix of a read, found through the index plus a short header walk."""
-    data = segment.read(start, start + length)
-    assert segment.last_batch_end(start, data) == whole
+def test_whole_batches_end(segment: LogSegment, start: int, end: int, whole: int) -> None:
+    """The last batch boundary before ``end``, found through the index plus a short header walk."""
+    assert segment.whole_batches_end(start, end) == whole
 
 
 def test_truncate_to(segment: LogSegment) -> None:
