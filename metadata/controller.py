@@ -50,6 +50,7 @@ from metadata.api import (
 from metadata.heartbeats import BrokerHeartbeatManager
 from metadata.image import MetadataImage
 from metadata.records import (
+    NO_LEADER,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -96,6 +97,19 @@ class QuorumController:
     def replay(self, records: tuple[Record, ...] | list[Record], offset: int) -> None:
         """Apply one committed entry of the metadata log."""
         self.image.apply_batch(records, offset)
+
+    def invariants(self) -> None:
+        """The image's own, plus the controller's rule that only unfenced brokers lead: every path that
+        fences or replaces a broker moves its leaderships first."""
+        self.image.invariants()
+        for topic in self.image.topics.values():
+            for index, p in topic.partitions.items():
+                if p.leader == NO_LEADER:
+                    continue
+                broker = self.image.brokers.get(p.leader)
+                assert broker is not None and not broker.fenced, (
+                    f"{topic.name}-{index} is led by broker {p.leader}: {broker or 'not registered'}"
+                )
 
     def activate(self, now_ms: int) -> None:
         """This controller became active: give every registered broker a fresh session."""

@@ -9,7 +9,9 @@
 ``bootstrap`` is one address or a comma-separated list (controllers, or brokers that forward
 AdminService). Any controller forwards to the active one, so one address suffices; when a node is
 unreachable the client tries the next one, and a whole-request NOT_CONTROLLER (no active
-controller right now, e.g. during an election) is retried with backoff until ``timeout_s``.
+controller right now, e.g. during an election) or another retriable whole-request error
+(REQUEST_TIMED_OUT: a commit's outcome is unknown) is retried with backoff until ``timeout_s`` —
+so a retried CreateTopics may answer TOPIC_ALREADY_EXISTS for a topic its first attempt created.
 
 Per-item failures come back as results carrying ``error`` (a ``proto.errors.KafkaError`` subclass
 such as ``TopicAlreadyExistsError``, or ``None``); the ``*_or_raise`` style helpers
@@ -186,8 +188,8 @@ class AdminClient:
                 self._next_address()
                 time.sleep(RETRY_BACKOFF_S)
                 continue
-            if response.error.code == ErrorCode.NOT_CONTROLLER:
-                last = response.error.message
+            if errors.is_retriable(response.error.code):  # NOT_CONTROLLER, REQUEST_TIMED_OUT, ...
+                last = f"{ErrorCode(response.error.code).name}: {response.error.message}"
                 time.sleep(RETRY_BACKOFF_S)
                 continue
             errors.raise_for(response.error.code, response.error.message)

@@ -8,6 +8,8 @@ Shapes follow Kafka's tools (``kafka-topics.sh``, ``kafka-configs.sh``, ``kafka-
     pykraft topics list|describe [--topic T]|delete --topic T --bootstrap HOST:PORT
     pykraft topics alter-config --topic T --set k=v [--delete k] --bootstrap HOST:PORT   (--cluster: defaults)
     pykraft topics add-partitions --topic T --partitions N --bootstrap HOST:PORT
+    pykraft topics describe-config --topic T|--cluster --bootstrap HOST:PORT
+    pykraft topics elect-leaders [--election preferred|unclean] [--topic T [--partition P]] --bootstrap ...
     pykraft quorum describe --bootstrap HOST:PORT
     pykraft cluster describe --bootstrap HOST:PORT   (registered by the ``cluster`` command's module
                                                       through ``add_cluster_describe``)
@@ -119,6 +121,20 @@ def _add_topics(sub: argparse._SubParsersAction) -> None:
     ac.add_argument("--delete", action="append", default=[], metavar="KEY")
     ac.add_argument("--validate-only", action="store_true")
     ac.set_defaults(func=lambda a: _run(a, _topics_alter_config))
+    dc = ts.add_parser("describe-config", help="effective configs of a topic (or the cluster defaults)")
+    _common(dc)
+    which = dc.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic")
+    which.add_argument("--cluster", action="store_true", help="the cluster-wide defaults")
+    dc.set_defaults(func=lambda a: _run(a, _topics_describe_config))
+    el = ts.add_parser(
+        "elect-leaders", help="preferred or unclean leader election (like kafka-leader-election.sh)"
+    )
+    _common(el)
+    el.add_argument("--election", choices=["preferred", "unclean"], default="preferred")
+    el.add_argument("--topic", help="default: every partition of every topic")
+    el.add_argument("--partition", type=int, action="append", default=[], help="repeatable; needs --topic")
+    el.set_defaults(func=lambda a: _run(a, _topics_elect_leaders))
     ap = ts.add_parser("add-partitions", help="grow a topic to --partitions partitions")
     _common(ap)
     ap.add_argument("--topic", required=True)
@@ -310,6 +326,52 @@ def _topics_alter_config(admin: Any, args: argparse.Namespace) -> int:
     else:
         print(f"{'Validated' if args.validate_only else 'Altered'} configs of {what}.")
     return 0
+
+
+def _topics_describe_config(admin: Any, args: argparse.Namespace) -> int:
+    kind, name = ("cluster", "") if args.cluster else ("topic", args.topic)
+    entries = admin.describe_configs(kind, name)
+    if args.json:
+        _print_json(entries)
+    else:
+        _table([["Name", "Value", "Source"], *[[e.name, e.value, e.source] for e in entries]])
+    return 0
+
+
+def _topics_elect_leaders(admin: Any, args: argparse.Namespace) -> int:
+    if args.partition and not args.topic:
+        raise UsageError("--partition needs --topic")
+    partitions = None
+    if args.topic:
+        wanted = args.partition or [
+            p.partition for t in admin.describe_topics([args.topic]) for p in t.partitions
+        ]
+        partitions = [(args.topic, p) for p in wanted]
+    results = admin.elect_leaders(args.election, partitions)
+    if args.json:
+        _print_json(
+            [
+                {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "leader": r.leader,
+                    "error": _error_json(r.error),
+                }
+                for r in results
+            ]
+        )
+    not_needed = errors.ErrorCode.ELECTION_NOT_NEEDED
+    failed = [r for r in results if r.error is not None and r.error.code != not_needed]
+    if not args.json:
+        for r in results:
+            if r.error is None:
+                print(f"Elected broker {r.leader} for {r.topic}-{r.partition}.")
+            elif r.error.code == not_needed:
+                print(f"No election needed for {r.topic}-{r.partition} (leader {r.leader}).")
+    for r in failed:
+        print(f"{r.topic}-{r.partition}: ", end="", file=sys.stderr)
+        _fail(r.error)
+    return EXIT_ERROR if failed else 0
 
 
 # ---- quorum, cluster -------------------------------------------------------------------------

@@ -91,6 +91,22 @@ def test_topics_commands_end_to_end(controller_cluster) -> None:
         ]
         assert configs == {"cleanup.policy": "compact"}
 
+        shown = pykraft("topics", "describe-config", *boot, "--topic", "orders")
+        rows = {line.split()[0]: line.split()[1:] for line in shown.stdout.splitlines()[1:]}
+        assert rows["cleanup.policy"] == ["compact", "TOPIC"] and rows["retention.ms"] == [
+            "604800000",
+            "DEFAULT",
+        ]
+        defaults = pykraft("topics", "alter-config", *boot, "--cluster", "--set", "retention.ms=1000")
+        assert defaults.returncode == 0, defaults.stderr
+        cluster_json = json.loads(
+            pykraft("topics", "describe-config", *boot, "--topic", "orders", "--json").stdout
+        )
+        assert {"name": "retention.ms", "value": "1000", "source": "CLUSTER_DEFAULT"} in cluster_json
+
+        elected = pykraft("topics", "elect-leaders", *boot, "--topic", "orders")
+        assert elected.returncode == 0 and elected.stdout.count("No election needed") == 3, elected
+
         grown = pykraft("topics", "add-partitions", *boot, "--topic", "orders", "--partitions", "5")
         assert grown.returncode == 0, grown.stderr
         shrink = pykraft("topics", "add-partitions", *boot, "--topic", "orders", "--partitions", "2")

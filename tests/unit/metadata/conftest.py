@@ -30,7 +30,7 @@ class Harness:
         self.offset += 1
         self.log.append((result.records, self.offset))
         self.controller.replay(result.records, self.offset)
-        self.image.invariants()
+        self.controller.invariants()
         return result.response
 
     def register(self, broker_id: int, rack: str = "", unfence: bool = True) -> int:
