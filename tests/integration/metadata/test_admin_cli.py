@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 
 import pytest
 from metadata_cluster import ROOT, FakeBroker
+
+from pykraft import cli_admin
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +26,7 @@ def pykraft(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_topics_commands_end_to_end(controller_cluster) -> None:
+def test_topics_commands_end_to_end(controller_cluster, capsys) -> None:
     """create / list / describe / alter-config / add-partitions / delete, quorum describe; errors print
     CODE (number): message on stderr and exit non-zero, never a traceback."""
     cluster = controller_cluster()
@@ -120,6 +123,18 @@ def test_topics_commands_end_to_end(controller_cluster) -> None:
         assert deleted.returncode == 1 and "Deleted topic orders." in deleted.stdout
         assert "UNKNOWN_TOPIC_OR_PARTITION (3)" in deleted.stderr
         assert pykraft("topics", "list", *boot).stdout.strip() == ""
+
+        # `pykraft cluster describe`, as the `cluster` command's module registers it.
+        parser = argparse.ArgumentParser(prog="pykraft")
+        cluster_actions = parser.add_subparsers().add_parser("cluster").add_subparsers(dest="action")
+        cli_admin.add_cluster_describe(cluster_actions)
+        args = parser.parse_args(["cluster", "describe", *boot])
+        assert args.func(args) == 0
+        table = capsys.readouterr().out
+        assert f"ActiveController: {leader}" in table
+        assert [line.split()[:3] for line in table.splitlines()[-3:]] == [
+            [str(b), "-", "active"] for b in (1, 2, 3)
+        ]
 
         missing = subprocess.run(
             [sys.executable, "-m", "pykraft.cli", "topics", "list"],
