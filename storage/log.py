@@ -7,9 +7,9 @@ Offsets (Kafka's words)::
     [high_watermark, log_end_offset)    appended here, not yet known to be replicated enough
     recovery_point <= log_end_offset    everything below is fsynced (data and indexes)
 
-Appending never decodes records: each v2 batch is validated (header, CRC-32C, size), then its
-``baseOffset`` and ``partitionLeaderEpoch`` — both outside the CRC — are patched in place, and the bytes
-are written as they are. An append is all-or-nothing: if any batch is bad, nothing is written.
+Appending never decodes records: each v2 batch is validated (header, CRC-32C, size), then written with
+a new ``baseOffset`` and ``partitionLeaderEpoch`` — both outside the CRC — and its other bytes as they
+are (``storage.log_validator``). An append is all-or-nothing: if any batch is bad, nothing is written.
 Reading slices the segment file (``os.pread``) at batch boundaries found through the sparse index.
 
 The files of a partition directory are described in ``storage.log_loader`` (checkpoints, clean shutdown
@@ -21,47 +21,36 @@ Thread-safety: none. One owner (the broker's partition driver) calls every metho
 from __future__ import annotations
 
 import bisect
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import crc32c
-
 from proto import errors
-from storage import log_loader
-from storage.batch_header import (
-    ATTRIBUTES_POS,
-    CRC_POS,
-    TIMESTAMP_TYPE_MASK,
-    BatchHeader,
-    CorruptRecordError,
-    iter_batches,
-    patch_offset_and_epoch,
-)
+from storage import log_loader, log_validator
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.index import NO_TIMESTAMP
+from storage.log_validator import UnexpectedAppendOffsetError
 from storage.segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "Log",
+    "LogAppendInfo",
+    "TimestampAndOffset",
+    "UnexpectedAppendOffsetError",
+    "wall_clock_ms",
+]
 
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest constants).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
-_MAX_TIMESTAMP_POS = 35
-_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: bytes 0-15
-_I16 = struct.Struct(">h")
-_I64 = struct.Struct(">q")
-_U32 = struct.Struct(">I")
-
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class UnexpectedAppendOffsetError(errors.InvalidRecordError):
-    """A follower append whose offsets do not continue the log (a replication bug, not bad user data)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +72,6 @@ class LogAppendInfo:
 class TimestampAndOffset:
     timestamp: int
     offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class _ValidBatches:
-    data: memoryview
-    headers: list[tuple[int, BatchHeader]]
 
 
 class Log:
@@ -205,10 +188,8 @@ class Log:
     def append_as_leader(self, batches: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
         """Validate, assign offsets from the LEO and ``leader_epoch``, write. All or nothing.
 
-        The caller's buffer is never modified: each batch is written as a fresh 16-byte prefix
-        (baseOffset, batchLength, partitionLeaderEpoch) plus a view of its remaining bytes, in one
-        ``writev`` — no copy of the records. LogAppendTime changes bytes inside the CRC, so that
-        (rare) topic setting copies the buffer and recomputes each CRC.
+        The caller's buffer is never modified and its records are never copied (see
+        ``storage.log_validator``).
         """
         assert leader_epoch >= 0, f"leader epoch {leader_epoch} must be >= 0"
         latest = self._leader_epoch_cache.latest_epoch
@@ -217,61 +198,25 @@ class Log:
                 f"{self.directory.name}: append in leader epoch {leader_epoch}, but the log already has "
                 f"epoch {latest}; this leader is stale"
             )
-        valid = self._validate(batches)
+        valid = log_validator.validate_batches(batches, self.config, self.directory.name)
         now_ms = self._clock_ms()
+        first_offset = self.log_end_offset
         if self.config.message_timestamp_type == LOG_APPEND_TIME:
-            pieces, appended = self._assign_with_log_append_time(valid, leader_epoch, now_ms)
+            pieces, appended = log_validator.assign_offsets_with_log_append_time(
+                valid, first_offset, leader_epoch, now_ms
+            )
             log_append_time = now_ms
         else:
-            pieces, appended = self._assign(valid, leader_epoch)
+            pieces, appended = log_validator.assign_offsets(valid, first_offset, leader_epoch)
             log_append_time = NO_TIMESTAMP
-        first_offset = self.log_end_offset
         info = self._append(valid, pieces, appended, first_offset, log_append_time, now_ms)
         self._leader_epoch_cache.assign(leader_epoch, first_offset)
         return info
 
-    def _assign(self, valid: _ValidBatches, leader_epoch: int) -> tuple[list, list[AppendedBatch]]:
-        """Offsets from the LEO: a patched prefix plus the untouched rest of each batch."""
-        offset = self.log_end_offset
-        pieces: list[bytes | memoryview] = []
-        appended = []
-        for position, header in valid.headers:
-            pieces.append(_PREFIX.pack(offset, header.batch_length, leader_epoch))
-            pieces.append(valid.data[position + _PREFIX.size : position + header.size_in_bytes])
-            last_offset = offset + header.last_offset_delta
-            appended.append(AppendedBatch(position, header.size_in_bytes, last_offset, header.max_timestamp))
-            offset = last_offset + 1
-        return pieces, appended
-
-    def _assign_with_log_append_time(
-        self, valid: _ValidBatches, leader_epoch: int, now_ms: int
-    ) -> tuple[list, list[AppendedBatch]]:
-        buffer = bytearray(valid.data)
-        offset = self.log_end_offset
-        appended = []
-        for position, header in valid.headers:
-            patch_offset_and_epoch(buffer, position, offset, leader_epoch)
-            _stamp_log_append_time(buffer, position, header, now_ms)
-            last_offset = offset + header.last_offset_delta
-            appended.append(AppendedBatch(position, header.size_in_bytes, last_offset, now_ms))
-            offset = last_offset + 1
-        return [buffer], appended
-
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches fetched from the leader, keeping their offsets and leader epochs."""
-        valid = self._validate(batches)
-        expected = self.log_end_offset
-        appended = []
-        for position, header in valid.headers:
-            if header.base_offset != expected:
-                raise UnexpectedAppendOffsetError(
-                    f"{self.directory.name}: follower batch starts at offset {header.base_offset}, expected "
-                    f"{expected} (log end offset {self.log_end_offset}); truncate or refetch from the LEO"
-                )
-            appended.append(
-                AppendedBatch(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
-            )
-            expected = header.next_offset
+        valid = log_validator.validate_batches(batches, self.config, self.directory.name)
+        appended = log_validator.follower_batches(valid, self.log_end_offset, self.directory.name)
         first_offset = valid.headers[0][1].base_offset
         info = self._append(valid, [valid.data], appended, first_offset, NO_TIMESTAMP, self._clock_ms())
         for _, header in valid.headers:
@@ -279,41 +224,9 @@ class Log:
                 self._leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         return info
 
-    def _validate(self, batches: bytes | bytearray | memoryview) -> _ValidBatches:
-        """Check every batch before anything is written; raise the first problem as a Kafka error."""
-        data = memoryview(batches).cast("B")
-        if not data:
-            raise errors.CorruptMessageError(f"{self.directory.name}: an append needs at least one batch")
-        if len(data) > self.config.segment_bytes:
-            raise errors.RecordListTooLargeError(
-                f"{len(data)} bytes of batches exceed segment.bytes={self.config.segment_bytes}"
-            )
-        headers = []
-        try:
-            for position, header in iter_batches(data):
-                self._check_batch(position, header)
-                headers.append((position, header))
-        except CorruptRecordError as exc:
-            raise errors.CorruptMessageError(
-                f"{self.directory.name}: batch {len(headers)} is corrupt: {exc.reason}"
-            ) from None
-        return _ValidBatches(data, headers)
-
-    def _check_batch(self, position: int, header: BatchHeader) -> None:
-        if header.size_in_bytes > self.config.max_message_bytes:
-            raise errors.MessageTooLargeError(
-                f"batch at byte {position} is {header.size_in_bytes} bytes, over max.message.bytes="
-                f"{self.config.max_message_bytes}; send smaller batches or raise the topic's setting"
-            )
-        if header.records_count != header.last_offset_delta + 1:
-            raise errors.InvalidRecordError(
-                f"batch at byte {position} has recordsCount {header.records_count} but lastOffsetDelta "
-                f"{header.last_offset_delta}; they must agree (count = lastOffsetDelta + 1)"
-            )
-
     def _append(
         self,
-        valid: _ValidBatches,
+        valid: log_validator.ValidBatches,
         pieces: list,
         appended: list[AppendedBatch],
         first_offset: int,
@@ -322,7 +235,7 @@ class Log:
     ) -> LogAppendInfo:
         self._maybe_roll(len(valid.data), appended, now_ms)
         self.active_segment.append(pieces, len(valid.data), appended)
-        records = sum(header.records_count for _, header in valid.headers)
+        records = valid.num_records
         best = max(appended, key=lambda batch: batch.max_timestamp)
         info = LogAppendInfo(
             first_offset=first_offset,
@@ -618,14 +531,3 @@ class Log:
         self._leader_epoch_cache.invariants()
         entries = self._leader_epoch_cache.entries
         assert not entries or entries[-1].start_offset <= leo, f"epoch {entries[-1]} starts past LEO {leo}"
-
-
-def _stamp_log_append_time(buffer: bytearray, position: int, header: BatchHeader, now_ms: int) -> None:
-    """Set the LogAppendTime type and maxTimestamp (both inside the CRC), then recompute the CRC."""
-    _I16.pack_into(buffer, position + ATTRIBUTES_POS, header.attributes | TIMESTAMP_TYPE_MASK)
-    _I64.pack_into(buffer, position + _MAX_TIMESTAMP_POS, now_ms)
-    end = position + header.size_in_bytes
-    _U32.pack_into(
-        buffer, position + CRC_POS, crc32c.crc32c(memoryview(buffer)[position + ATTRIBUTES_POS : end])
-    )
-    return now_ms

@@ -1,0 +1,149 @@
+"""Validating appended batches and assigning their offsets, Kafka's ``LogValidator`` (no records decoded).
+
+A produce (or a follower fetch) hands the log a buffer of whole v2 batches. Before anything is written,
+every batch must pass: header and CRC-32C (``batch_header.validate_batch``), size <= max.message.bytes,
+recordsCount == lastOffsetDelta + 1. The first failure raises a Kafka error naming the batch and the
+rule; the log then writes nothing (all or nothing).
+
+Offsets on the leader: batch i gets ``baseOffset = LEO + records before it`` and the leader's epoch.
+Both fields are outside the CRC (bytes 0-7 and 12-15), so each batch becomes *pieces to write*: a new
+16-byte prefix (baseOffset, batchLength, partitionLeaderEpoch) and a memoryview of bytes 16..end of the
+caller's buffer — the records are never copied. Only LogAppendTime changes bytes inside the CRC
+(attributes and maxTimestamp); that topic setting copies the buffer and recomputes each CRC.
+
+A follower keeps the leader's offsets, which must continue its log end offset exactly.
+
+Thread-safety: pure functions over caller-owned buffers; nothing here touches a file.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+from proto import errors
+from storage.batch_header import (
+    ATTRIBUTES_POS,
+    CRC_POS,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    CorruptRecordError,
+    iter_batches,
+    patch_offset_and_epoch,
+)
+from storage.config import LogConfig
+from storage.segment import AppendedBatch
+
+_MAX_TIMESTAMP_POS = 35
+_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: bytes 0-15
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+class UnexpectedAppendOffsetError(errors.InvalidRecordError):
+    """A follower append whose offsets do not continue the log (a replication bug, not bad user data)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ValidBatches:
+    """A buffer whose batches all passed validation, with each batch's position and header."""
+
+    data: memoryview
+    headers: list[tuple[int, BatchHeader]]
+
+    @property
+    def num_records(self) -> int:
+        return sum(header.records_count for _, header in self.headers)
+
+
+def validate_batches(batches: bytes | bytearray | memoryview, config: LogConfig, name: str) -> ValidBatches:
+    """Check every batch before anything is written; raise the first problem as a Kafka error."""
+    data = memoryview(batches).cast("B")
+    if not data:
+        raise errors.CorruptMessageError(f"{name}: an append needs at least one batch")
+    if len(data) > config.segment_bytes:
+        raise errors.RecordListTooLargeError(
+            f"{name}: {len(data)} bytes of batches exceed segment.bytes={config.segment_bytes}"
+        )
+    headers = []
+    try:
+        for position, header in iter_batches(data):
+            _check_batch(position, header, config)
+            headers.append((position, header))
+    except CorruptRecordError as exc:
+        raise errors.CorruptMessageError(f"{name}: batch {len(headers)} is corrupt: {exc.reason}") from None
+    return ValidBatches(data, headers)
+
+
+def _check_batch(position: int, header: BatchHeader, config: LogConfig) -> None:
+    if header.size_in_bytes > config.max_message_bytes:
+        raise errors.MessageTooLargeError(
+            f"batch at byte {position} is {header.size_in_bytes} bytes, over max.message.bytes="
+            f"{config.max_message_bytes}; send smaller batches or raise the topic's setting"
+        )
+    if header.records_count != header.last_offset_delta + 1:
+        raise errors.InvalidRecordError(
+            f"batch at byte {position} has recordsCount {header.records_count} but lastOffsetDelta "
+            f"{header.last_offset_delta}; they must agree (count = lastOffsetDelta + 1)"
+        )
+
+
+def assign_offsets(
+    valid: ValidBatches, first_offset: int, leader_epoch: int
+) -> tuple[list[bytes | memoryview], list[AppendedBatch]]:
+    """Leader offsets from ``first_offset``: per batch a patched prefix plus the untouched rest."""
+    offset = first_offset
+    pieces: list[bytes | memoryview] = []
+    appended = []
+    for position, header in valid.headers:
+        pieces.append(_PREFIX.pack(offset, header.batch_length, leader_epoch))
+        pieces.append(valid.data[position + _PREFIX.size : position + header.size_in_bytes])
+        last_offset = offset + header.last_offset_delta
+        appended.append(AppendedBatch(position, header.size_in_bytes, last_offset, header.max_timestamp))
+        offset = last_offset + 1
+    return pieces, appended
+
+
+def assign_offsets_with_log_append_time(
+    valid: ValidBatches, first_offset: int, leader_epoch: int, now_ms: int
+) -> tuple[list[bytearray], list[AppendedBatch]]:
+    """Leader offsets plus LogAppendTime: copy, stamp maxTimestamp and the type bit, recompute CRCs."""
+    buffer = bytearray(valid.data)
+    offset = first_offset
+    appended = []
+    for position, header in valid.headers:
+        patch_offset_and_epoch(buffer, position, offset, leader_epoch)
+        _stamp_log_append_time(buffer, position, header, now_ms)
+        last_offset = offset + header.last_offset_delta
+        appended.append(AppendedBatch(position, header.size_in_bytes, last_offset, now_ms))
+        offset = last_offset + 1
+    return [buffer], appended
+
+
+def _stamp_log_append_time(buffer: bytearray, position: int, header: BatchHeader, now_ms: int) -> None:
+    _I16.pack_into(buffer, position + ATTRIBUTES_POS, header.attributes | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buffer, position + _MAX_TIMESTAMP_POS, now_ms)
+    end = position + header.size_in_bytes
+    _U32.pack_into(
+        buffer, position + CRC_POS, crc32c.crc32c(memoryview(buffer)[position + ATTRIBUTES_POS : end])
+    )
+
+
+def follower_batches(valid: ValidBatches, log_end_offset: int, name: str) -> list[AppendedBatch]:
+    """The leader's offsets, checked to continue ``log_end_offset`` with no gap or overlap."""
+    expected = log_end_offset
+    appended = []
+    for position, header in valid.headers:
+        if header.base_offset != expected:
+            raise UnexpectedAppendOffsetError(
+                f"{name}: follower batch starts at offset {header.base_offset}, expected {expected} "
+                f"(log end offset {log_end_offset}); truncate or refetch from the LEO"
+            )
+        appended.append(
+            AppendedBatch(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
+        )
+        expected = header.next_offset
+    return appended
