@@ -16,7 +16,8 @@ Public API (what the metadata controller uses)::
 The user's state machine implements ``StateMachine``: ``apply(index, data)`` for each committed
 normal entry in index order (no-ops are skipped), ``snapshot() -> bytes`` of everything applied so far,
 and ``restore(data)`` to replace its state by a snapshot. Every ``snapshot_every_entries`` applied
-entries the driver takes a snapshot, persists it and lets the core compact the log below it.
+entries the driver takes a snapshot; it persists it (and compacts the log below it) one interval
+later, so followers up to one interval behind still catch up from the log.
 
 Loop (one iteration = one group commit): wait for a message, proposal, request or the core's next
 deadline (``next_deadline_ms``, on ``time.monotonic``); step everything that arrived; tick when due;
@@ -177,6 +178,7 @@ class RaftDriver:
         self._next_read_id = 1
         self.applied_index = 0
         self._last_snapshot_index = 0
+        self._next_snapshot: Snapshot | None = None  # taken, persisted one interval later
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
 
@@ -450,6 +452,7 @@ class RaftDriver:
             write()
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
+        self._next_snapshot = None
         self._sm.restore(snapshot.data)
         self.applied_index = self._last_snapshot_index = snapshot.meta.last_index
         log.info(
@@ -492,23 +495,27 @@ class RaftDriver:
         self._apply_waiters = still_waiting
 
     async def _maybe_snapshot(self) -> None:
-        """Every ``snapshot_every_entries`` applied entries: persist a snapshot, then compact the log."""
+        """Every ``snapshot_every_entries`` applied entries, snapshot the state machine; persist and
+        compact to the PREVIOUS snapshot. The log thus keeps at least one interval of entries, so a
+        follower a little behind catches up from the log instead of receiving a whole snapshot."""
         index = self.applied_index
         if index - self._last_snapshot_index < self.config.snapshot_every_entries:
             return
         term = self.core.log.term_at(index)
         assert term is not None, f"node {self.node_id}: no term for applied index {index}"
-        snapshot = Snapshot(SnapshotMeta(last_index=index, last_term=term), self._sm.snapshot())
+        taken = Snapshot(SnapshotMeta(last_index=index, last_term=term), self._sm.snapshot())
+        ready, self._next_snapshot = self._next_snapshot, taken
+        self._last_snapshot_index = index
+        if ready is None or ready.meta.last_index <= self.core.log.snapshot_meta.last_index:
+            return  # nothing older to compact to (or the leader's snapshot already covers it)
         store = self._store
         assert store is not None
+        last = ready.meta.last_index
         await asyncio.get_running_loop().run_in_executor(
-            self._io, lambda: store.write(snapshot=snapshot, compact_through=index)
+            self._io, lambda: store.write(snapshot=ready, compact_through=last)
         )
-        self.core.snapshot_taken(snapshot)
-        self._last_snapshot_index = index
-        log.info(
-            "raft node %d: snapshot through index %d (%d bytes)", self.node_id, index, len(snapshot.data)
-        )
+        self.core.snapshot_taken(ready)
+        log.info("raft node %d: snapshot through index %d (%d bytes)", self.node_id, last, len(ready.data))
 
     def _fail_everything(self, exc: errors.KafkaError) -> None:
         for _, future in self._inbox:

@@ -9,7 +9,9 @@ chunks that sit next to each other in a peer's queue go out as one client-stream
 Ordering and isolation. Every peer has its own FIFO queue and one sender task that keeps at most one
 RPC in flight, so messages to a peer are never reordered, and a dead or slow peer (every call has a
 deadline) delays only its own queue. Consecutive AppendEntries to the same peer in the same term that
-continue each other are coalesced into one call (batching under load). When a call fails the queued
+continue each other are coalesced into one call (batching under load), up to ``MAX_COALESCED_ENTRIES``
+and ``MAX_COALESCED_BYTES``; entries the peer already acknowledged in this term are trimmed from a
+queued append (a resend after a suspected loss carries only what is new). When a call fails the queued
 backlog for that peer is dropped (it would be stale by the time the peer answers) and the queue is
 bounded; the core re-sends on its next heartbeat.
 
@@ -51,6 +53,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RPC_TIMEOUT_S = 1.0
 MAX_QUEUED_MESSAGES = 1024  # per peer; beyond it the oldest are dropped (Raft tolerates loss)
+# Coalescing stops at this size, so one call stays well inside its deadline and acks keep flowing.
+MAX_COALESCED_ENTRIES = 512
+MAX_COALESCED_BYTES = 2 << 20
 RequestHandler = Callable[[Message], Awaitable[Message | None]]
 ResponseSink = Callable[[Message], None]
 
@@ -223,11 +228,32 @@ def coalesce(first: AppendEntries, second: AppendEntries) -> AppendEntries | Non
         return None
     if first.read_context and second.read_context and first.read_context != second.read_context:
         return None
+    if len(first.entries) + len(second.entries) > MAX_COALESCED_ENTRIES:
+        return None
     return replace(
         first,
         entries=first.entries + second.entries,
         leader_commit=max(first.leader_commit, second.leader_commit),
         read_context=second.read_context or first.read_context,
+    )
+
+
+def trim_acknowledged(message: AppendEntries, acked_term: int, acked_match: int) -> AppendEntries:
+    """Drop the entries the peer has already acknowledged in this leader's term.
+
+    A successful AppendEntriesResponse of term T up to ``acked_match`` means the peer's log equals
+    the leader's through that index (Log Matching), durably, and a leader never rewrites its own log:
+    re-sending those entries is a no-op for the peer. The trimmed message starts right after them.
+    """
+    if acked_term != message.term or acked_match <= message.prev_log_index or not message.entries:
+        return message
+    skip = min(acked_match - message.prev_log_index, len(message.entries))
+    last_skipped = message.entries[skip - 1]
+    return replace(
+        message,
+        prev_log_index=last_skipped.index,
+        prev_log_term=last_skipped.term,
+        entries=message.entries[skip:],
     )
 
 
@@ -299,6 +325,9 @@ class PeerSender:
         self._stub = raft_pb2_grpc.RaftServiceStub(self._channel)
         self._task: asyncio.Task[None] | None = None
         self.failures = 0
+        # What the peer acknowledged: (term, match_index) of its latest successful append response.
+        self._acked_term = 0
+        self._acked_match = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"raft-sender-{self.peer_id}")
@@ -323,14 +352,20 @@ class PeerSender:
             while self._queue and isinstance(self._queue[0], InstallSnapshot):
                 chunks.append(self._queue.popleft())  # type: ignore[arg-type]
             return chunks
+        size = _payload_bytes(message)
         while (
             isinstance(message, AppendEntries) and self._queue and isinstance(self._queue[0], AppendEntries)
         ):
-            merged = coalesce(message, self._queue[0])  # type: ignore[arg-type]
+            following: AppendEntries = self._queue[0]  # type: ignore[assignment]
+            size += _payload_bytes(following)
+            merged = coalesce(message, following) if size <= MAX_COALESCED_BYTES else None
             if merged is None:
                 break
             self._queue.popleft()
             message = merged
+        if isinstance(message, AppendEntries):
+            # A resend (after a suspected loss) of entries that did arrive shrinks to what is new.
+            message = trim_acknowledged(message, self._acked_term, self._acked_match)
         return message
 
     async def _run(self) -> None:
@@ -355,7 +390,16 @@ class PeerSender:
                 continue
             self.failures = 0
             if response is not None:
+                self._note_ack(response)
                 self._deliver(response)
+
+    def _note_ack(self, response: Message) -> None:
+        if not isinstance(response, AppendEntriesResponse) or not response.success:
+            return
+        if response.term > self._acked_term:
+            self._acked_term, self._acked_match = response.term, response.match_index
+        elif response.term == self._acked_term:
+            self._acked_match = max(self._acked_match, response.match_index)
 
     async def _call(self, item: Message | list[InstallSnapshot]) -> Message | None:
         timeout = self._timeout_s
@@ -372,6 +416,10 @@ class PeerSender:
             await self._stub.TimeoutNow(timeout_now_to_proto(item), timeout=timeout)
             return None
         raise AssertionError(f"responses are returned by the RPC that asked, never sent on their own: {item}")
+
+
+def _payload_bytes(message: Message) -> int:
+    return sum(len(e.data) for e in message.entries) if isinstance(message, AppendEntries) else 0
 
 
 async def _chunks(chunks: list[InstallSnapshot]) -> AsyncIterator[raft_pb2.InstallSnapshotChunk]:

@@ -39,6 +39,7 @@ from raft.transport import (
     snapshot_response_to_proto,
     timeout_now_from_proto,
     timeout_now_to_proto,
+    trim_acknowledged,
     vote_response_from_proto,
     vote_response_to_proto,
 )
@@ -114,6 +115,22 @@ COALESCE = [
 def test_coalesce_only_chaining_appends(first, second, merged) -> None:
     """Merging is only legal when sending the merged message equals sending both in order."""
     assert coalesce(first, second) == merged
+
+
+TRIMS = [
+    pytest.param(ae(4, 6), (2, 7), ae(7, 3), id="prefix-acknowledged"),
+    pytest.param(ae(4, 6), (2, 20), ae(10, 0), id="all-acknowledged"),
+    pytest.param(ae(4, 6), (2, 3), ae(4, 6), id="ack-before-prev"),
+    pytest.param(ae(4, 6), (1, 9), ae(4, 6), id="ack-from-older-term"),
+    pytest.param(ae(4, 0, ctx=5), (2, 9), ae(4, 0, ctx=5), id="heartbeat-untouched"),
+]
+
+
+@pytest.mark.parametrize(("message", "ack", "trimmed"), TRIMS)
+def test_trim_only_what_this_term_acknowledged(message, ack, trimmed) -> None:
+    """Log Matching: a success in the leader's term through index m means the peer holds the
+    leader's entries up to m durably; only those are dropped from a queued resend."""
+    assert trim_acknowledged(message, *ack) == trimmed
 
 
 def free_port() -> int:
