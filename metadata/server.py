@@ -29,8 +29,10 @@ from pathlib import Path
 
 import grpc
 
+from metadata.admin_service import AdminServicer
 from metadata.controller import DEFAULT_BROKER_SESSION_TIMEOUT_MS, ControllerConfig, QuorumController
-from metadata.service import ActiveController, AdminServicer, ControllerServicer, Forwarder, fence_loop
+from metadata.controller_service import ControllerServicer
+from metadata.service import ActiveController, Forwarder, fence_loop
 from metadata.state_machine import MetadataStateMachine
 from proto import admin_pb2_grpc, controller_pb2_grpc
 from proto.serving import GRPC_OPTIONS, add_standard_services
