@@ -28,12 +28,28 @@ from dataclasses import dataclass, field
 
 from broker import divergence
 from broker.divergence import EpochEntry
+from broker.fetcher import (
+    AppendRecords,
+    BackedOff,
+    Fenced,
+    FetchAction,
+    FetchedPartition,
+    FetcherConfig,
+    FetchRequestPartition,
+    FetchRequestPlan,
+    LocalLogView,
+    ReplicaFetcher,
+    TopicPartitionKey,
+    TruncateTo,
+)
 from broker.partition import ACKS_ALL, NO_EPOCH, NO_LEADER, AlterPartitionProposal, Partition, Role
 from proto.errors import ErrorCode
 
 TOPIC = "sim"
 LAG_MS = 500
 MAX_FETCH_RECORDS = 4
+TP: TopicPartitionKey = (TOPIC, 0)
+FETCHER_CONFIG = FetcherConfig(fetch_backoff_ms=20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,14 @@ class ReplicaLog:
 
     def assign_leader_epoch(self, epoch: int) -> None:
         self.epochs = divergence.assign(self.epochs, epoch, self.log_end_offset)
+
+
+@dataclass(frozen=True)
+class InFlightFetch:
+    follower_id: int
+    fetcher: ReplicaFetcher
+    request_id: int
+    responses: dict[TopicPartitionKey, FetchedPartition] | None  # None: the leader was down
 
 
 @dataclass
@@ -133,6 +157,8 @@ class Broker:
         self.alive = True
         self.partition = self._new_partition()
         self.pending_acks: list[tuple[int, int, str]] = []  # (required offset, epoch, value)
+        self.fetcher: ReplicaFetcher | None = None
+        self.incarnation = 1  # its broker epoch: a restart registers again with a newer one
 
     def _new_partition(self) -> Partition:
         return Partition(TOPIC, 0, self.broker_id, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
@@ -140,10 +166,15 @@ class Broker:
     def crash(self) -> None:
         self.alive = False
         self.pending_acks = []
+        self.fetcher = None
 
     def restart(self) -> None:
         self.alive = True
+        self.incarnation += 1
         self.partition = self._new_partition()
+
+    def local_view(self, _tp: TopicPartitionKey) -> LocalLogView:
+        return LocalLogView(self.log.epochs, self.log.log_end_offset, self.partition.high_watermark)
 
     def recovered_high_watermark(self) -> int:
         return min(self.log.high_watermark_checkpoint, self.log.log_end_offset)
@@ -163,6 +194,7 @@ class Cluster:
         self.next_value = 0
         self.acked: dict[int, str] = {}
         self.alter_partition_inflight: list[AlterPartitionProposal] = []
+        self.network: list[InFlightFetch] = []  # fetch responses not yet delivered
         self.trace: list[str] = []
         self.truncate_to_high_watermark = truncate_to_high_watermark
         self.checker = Checker(self)
@@ -186,14 +218,17 @@ class Cluster:
             p.become_leader(
                 s.leader_epoch, s.partition_epoch, s.isr, self.replicas, log.log_end_offset, hw, self.now_ms
             )
+            broker.fetcher = None
             self._complete_acks(broker, p.maybe_increment_high_watermark())
         else:
             if p.role is Role.LEADER:
                 broker.pending_acks = []  # NOT_LEADER_OR_FOLLOWER for every parked produce
             hw = max(p.high_watermark, broker.recovered_high_watermark())
-            p.become_follower(
+            is_new = p.become_follower(
                 s.leader_id, s.leader_epoch, s.partition_epoch, s.isr, self.replicas, log.log_end_offset, hw
             )
+            if is_new:
+                self._restart_fetching(broker)
         self.note(f"sync b{broker_id} {p.role.value} e{p.leader_epoch} isr={sorted(p.isr)}")
 
     # ---- data path --------------------------------------------------------------------------------
@@ -225,61 +260,108 @@ class Cluster:
                 self.note(f"ack {value}@{required - 1}")
         broker.pending_acks = still
 
-    def fetch(self, follower_id: int, lose_response: bool = False) -> str:
-        """One follower fetch round trip to the leader it believes in."""
+    def _restart_fetching(self, broker: Broker) -> None:
+        """Kafka's addPartitions after become_follower: fetch from the local LEO and latest epoch."""
+        p = broker.partition
+        if p.leader_id == NO_LEADER:
+            broker.fetcher = None
+            return
+        if broker.fetcher is None or broker.fetcher.leader_id != p.leader_id:
+            broker.fetcher = ReplicaFetcher(p.leader_id, broker.broker_id, broker.incarnation, FETCHER_CONFIG)
+        latest = divergence.latest_epoch(broker.log.epochs)
+        broker.fetcher.add_partition(TP, broker.log.log_end_offset, latest, p.leader_epoch)
+
+    def send_fetch(self, follower_id: int) -> InFlightFetch | None:
+        """The follower sends its next Fetch; the leader handles it at once, the answer travels."""
         follower = self.brokers[follower_id]
-        fp = follower.partition
-        if not follower.alive or fp.role is not Role.FOLLOWER or fp.leader_id == NO_LEADER:
-            return "idle"
-        leader = self.brokers[fp.leader_id]
-        if not leader.alive:
-            return "leader-down"
-        lp, flog = leader.partition, follower.log
+        fetcher = follower.fetcher if follower.alive else None
+        plan = fetcher.build_request(self.now_ms) if fetcher is not None else None
+        if fetcher is None or plan is None:
+            return None
+        leader = self.brokers[plan.leader_id]
+        responses = None
+        if leader.alive:
+            responses = {
+                part.topic_partition: self._serve_fetch(leader, plan, part) for part in plan.partitions
+            }
+        flight = InFlightFetch(follower_id, fetcher, plan.request_id, responses)
+        self.network.append(flight)
+        return flight
+
+    def _serve_fetch(
+        self, leader: Broker, plan: FetchRequestPlan, part: FetchRequestPartition
+    ) -> FetchedPartition:
+        lp = leader.partition
         result = lp.handle_follower_fetch(
-            follower_id,
-            flog.log_end_offset,
-            divergence.latest_epoch(flog.epochs),
-            fp.leader_epoch,
+            plan.replica_id,
+            part.fetch_offset,
+            part.last_fetched_epoch,
+            part.current_leader_epoch,
             leader.log.epochs,
             self.now_ms,
+            plan.broker_epoch,
         )
         self._complete_acks(leader, result.high_watermark_advanced_from)
         if result.isr_proposal is not None:
             self.alter_partition(leader.broker_id)
-        if lose_response:
-            return "lost"
+        fields = (result.high_watermark, result.log_start_offset, result.log_end_offset)
         if result.error is not None:
-            assert result.error.code in (
-                ErrorCode.FENCED_LEADER_EPOCH,
-                ErrorCode.UNKNOWN_LEADER_EPOCH,
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-            ), result.error
-            return result.error.code.name
+            return FetchedPartition(result.error.code, *fields, message=result.error.message)
         if result.diverging_epoch is not None:
-            return self._truncate(follower, result.diverging_epoch)
-        start = flog.log_end_offset
-        records = leader.log.records[start : min(result.log_end_offset, start + MAX_FETCH_RECORDS)]
-        flog.append(list(records))
-        fp.on_local_append(flog.log_end_offset)
-        fp.update_follower_high_watermark(result.high_watermark)
-        self.note(f"fetch b{follower_id}<-b{leader.broker_id} +{len(records)} hw={fp.high_watermark}")
-        return "ok"
+            return FetchedPartition(ErrorCode.NONE, *fields, diverging_epoch=result.diverging_epoch)
+        end = min(result.log_end_offset, part.fetch_offset + MAX_FETCH_RECORDS)
+        records = (part.fetch_offset, leader.log.records[part.fetch_offset : end])  # batches carry offsets
+        return FetchedPartition(ErrorCode.NONE, *fields, records=records)
 
-    def _truncate(self, follower: Broker, diverging: divergence.EpochEndOffset) -> str:
-        p, log = follower.partition, follower.log
-        if self.truncate_to_high_watermark:
-            offset = p.high_watermark
-        else:
-            offset = divergence.follower_truncation(
-                log.epochs, log.log_end_offset, p.high_watermark, diverging
-            ).offset
-        log.truncate_to(offset)
-        p.on_local_truncate(offset)
-        self.note(
-            f"truncate b{follower.broker_id} to {offset} "
-            f"(diverging {diverging.leader_epoch}@{diverging.end_offset})"
+    def deliver(self, flight: InFlightFetch, lose: bool = False) -> str:
+        """The follower receives (or, with ``lose``, never receives) an answer."""
+        self.network.remove(flight)
+        follower = self.brokers[flight.follower_id]
+        fetcher = flight.fetcher
+        if not follower.alive or follower.fetcher is not fetcher:
+            return "stale-fetcher"
+        if lose or flight.responses is None:
+            fetcher.handle_request_failure(flight.request_id, self.now_ms)
+            return "lost"
+        actions = fetcher.handle_response(
+            flight.request_id, flight.responses, follower.local_view, self.now_ms
         )
-        return "truncated"
+        outcomes = [self._apply(follower, action) for action in actions]
+        return outcomes[0] if outcomes else "ignored"
+
+    def fetch(self, follower_id: int, lose_response: bool = False) -> str:
+        """One whole round trip: send, then deliver at once."""
+        flight = self.send_fetch(follower_id)
+        return "idle" if flight is None else self.deliver(flight, lose=lose_response)
+
+    def _apply(self, follower: Broker, action: FetchAction) -> str:
+        p, log, fetcher = follower.partition, follower.log, follower.fetcher
+        assert fetcher is not None
+        if isinstance(action, AppendRecords):
+            base_offset, records = action.records  # type: ignore[misc]
+            # storage's append_as_follower refuses a gap or overlap (UnexpectedAppendOffsetError)
+            assert base_offset == log.log_end_offset, f"append at {base_offset}, LEO {log.log_end_offset}"
+            log.append(list(records))
+            p.on_local_append(log.log_end_offset)
+            p.update_follower_high_watermark(action.leader_high_watermark)
+            outcome = "ok"
+            self.note(
+                f"fetch b{follower.broker_id}<-b{fetcher.leader_id} +{len(records)} hw={p.high_watermark}"
+            )
+        elif isinstance(action, TruncateTo):
+            offset = p.high_watermark if self.truncate_to_high_watermark else action.offset
+            log.truncate_to(offset)
+            p.on_local_truncate(offset)
+            outcome = "truncated"
+            self.note(f"truncate b{follower.broker_id} to {offset} ({action.reason})")
+        elif isinstance(action, (Fenced, BackedOff)):
+            outcome = action.code.name if isinstance(action, BackedOff) else "FENCED_LEADER_EPOCH"
+            self.note(f"fetch b{follower.broker_id} {outcome}")
+        else:
+            raise AssertionError(f"unexpected fetch action {action} (no retention in this model)")
+        fetcher.update_position(TP, log.log_end_offset, divergence.latest_epoch(log.epochs))
+        fetcher.invariants()
+        return outcome
 
     def restart_truncation(self, broker_id: int) -> None:
         """Pre-KIP-101 brokers truncated to the HW on restart; with epochs there is nothing to do."""
@@ -387,7 +469,8 @@ class Checker:
 # Event weights: mostly traffic and replication, with enough failures to cross many leader epochs.
 EVENT_WEIGHTS = {
     "produce": 30,
-    "fetch": 35,
+    "fetch": 20,
+    "deliver": 35,
     "tick": 8,
     "checkpoint": 4,
     "sync": 12,
@@ -419,7 +502,15 @@ def _random_event(c: Cluster, rng: random.Random) -> None:
         target = c.controller.state.leader_id if rng.random() < 0.8 else broker_id
         c.produce(target if target != NO_LEADER else broker_id, rng.choice((ACKS_ALL, ACKS_ALL, 1)))
     elif event == "fetch":
-        c.fetch(broker_id, lose_response=rng.random() < 0.1)
+        for follower_id in c.replicas:  # every fetcher with nothing outstanding sends
+            c.send_fetch(follower_id)
+    elif event == "deliver" and c.network:
+        # Answers arrive in any order across followers; some are lost, some duplicated.
+        flight = rng.choice(c.network)
+        roll = rng.random()
+        c.note(f"deliver b{flight.follower_id}#{flight.request_id}: {c.deliver(flight, lose=roll < 0.05)}")
+        if roll > 0.95:
+            c.network.append(flight)
     elif event == "tick":
         c.advance(rng.choice((10, 100, LAG_MS)))
         c.isr_tick(broker_id)
@@ -439,6 +530,9 @@ def _random_event(c: Cluster, rng: random.Random) -> None:
 
 
 def heal(c: Cluster, rounds: int = 200) -> None:
+    while c.network:
+        c.deliver(c.network[0])
+        c.checker.check()
     for broker_id in c.replicas:
         if not c.brokers[broker_id].alive:
             c.restart(broker_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.partition import ACKS_LEADER
-from tests.sim.broker.model import Cluster, heal
+from tests.sim.broker.model import FETCHER_CONFIG, Cluster, heal
 
 pytestmark = pytest.mark.sim
 
@@ -30,6 +30,7 @@ def test_rejoin_needs_the_new_leaders_epoch_start() -> None:
     for _ in range(3):
         assert step(c, c.fetch(B)) == "ok"
     assert step(c, c.fetch(B, lose_response=True)) == "lost"
+    c.advance(FETCHER_CONFIG.fetch_backoff_ms)
     assert (c.brokers[A].partition.high_watermark, c.brokers[B].partition.high_watermark) == (9, 8)
     step(c, c.restart(C))
     step(c, c.fetch(C))
@@ -42,6 +43,7 @@ def test_rejoin_needs_the_new_leaders_epoch_start() -> None:
     assert (leader.high_watermark, leader.leader_epoch_start_offset) == (8, 9)
     assert step(c, c.fetch(C, lose_response=True)) == "lost"  # C's LEO 8 >= HW 8, but < epoch start 9
     assert c.alter_partition_inflight == [], c.alter_partition_inflight
+    c.advance(FETCHER_CONFIG.fetch_backoff_ms)  # a lost answer backs the partition off
     assert step(c, c.fetch(C)) == "ok"
     assert step(c, c.fetch(C)) == "ok"  # LEO 9: now it may rejoin
     assert [p.new_isr for p in c.alter_partition_inflight] == [(A, B, C)]
