@@ -44,7 +44,7 @@ import enum
 import functools
 import operator
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -133,7 +133,7 @@ _ZZ2 = tuple(unzigzag(index - 0x80) if index >= 0x80 else 0 for index in range(0
 
 
 def build_batch(
-    records: Sequence[RecordInput],
+    records: Iterable[RecordInput],
     *,
     base_offset: int = 0,
     compression: int = CompressionType.NONE,
@@ -156,6 +156,8 @@ def build_batch(
         raise InvalidRecordError(f"compression {compression} is not one of {names}")
     if transactional and producer_id == NO_PRODUCER_ID:
         raise InvalidRecordError("a transactional batch needs a producer id (KIP-98)")
+    if not isinstance(records, list | tuple):
+        records = list(records)  # one pass for the timestamps, one for the bytes
     try:
         base_timestamp, max_timestamp = _batch_timestamps([record[3] for record in records])
         region = _encode_region(records, base_timestamp)

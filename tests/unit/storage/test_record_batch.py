@@ -109,6 +109,11 @@ def test_log_append_time_gives_every_record_max_timestamp() -> None:
     assert decode_columns(buf)["timestamp"] == [TS + 9, TS + 9]
 
 
+def test_build_accepts_any_iterable_of_records() -> None:
+    records = [(None, b"a", (), TS), (b"k", b"b", (), TS + 1)]
+    assert build_batch(iter(records)) == build_batch(records) == build_batch(tuple(records))
+
+
 def test_empty_batch() -> None:
     """A batch may hold no records (Kafka keeps such batches after compaction): NO_TIMESTAMP, count 0."""
     batch = decode_batch(build_batch([]))
