@@ -233,10 +233,10 @@ class Log:
         log_append_time: int,
         now_ms: int,
     ) -> LogAppendInfo:
-        self._maybe_roll(len(valid.data), appended, now_ms)
+        best = appended[0] if len(appended) == 1 else max(appended, key=lambda batch: batch.max_timestamp)
+        self._maybe_roll(len(valid.data), best.max_timestamp, appended[-1].last_offset, now_ms)
         self.active_segment.append(pieces, len(valid.data), appended)
         records = valid.num_records
-        best = max(appended, key=lambda batch: batch.max_timestamp)
         info = LogAppendInfo(
             first_offset=first_offset,
             last_offset=appended[-1].last_offset,
@@ -326,24 +326,24 @@ class Log:
 
     # ------------------------------------------------------------------------------ roll and flush
 
-    def _maybe_roll(self, incoming_bytes: int, appended: list[AppendedBatch], now_ms: int) -> None:
+    def _maybe_roll(self, incoming_bytes: int, max_timestamp: int, last_offset: int, now_ms: int) -> None:
         """Kafka's ``shouldRoll``: full, too old (segment.ms), or offsets past the int32 index range."""
         active = self.active_segment
         if active.size_bytes == 0:
             return
         if (
             active.size_bytes + incoming_bytes > self.config.segment_bytes
-            or self._time_waited_for_roll_ms(active, appended, now_ms) > self.config.segment_ms
-            or appended[-1].last_offset - active.base_offset > MAX_RELATIVE_OFFSET
+            or self._time_waited_for_roll_ms(active, max_timestamp, now_ms) > self.config.segment_ms
+            or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
         ):
             self.roll(now_ms)
 
     @staticmethod
-    def _time_waited_for_roll_ms(active: LogSegment, appended: list[AppendedBatch], now_ms: int) -> int:
+    def _time_waited_for_roll_ms(active: LogSegment, max_timestamp: int, now_ms: int) -> int:
         """Record time since the segment's first batch (KAFKA-4099), else wall time since creation."""
         first = active.first_batch_timestamp
         if first is not None and first >= 0:
-            return max(batch.max_timestamp for batch in appended) - first
+            return max_timestamp - first
         return now_ms - active.created_ms
 
     def roll(self, now_ms: int | None = None) -> LogSegment:

@@ -27,11 +27,12 @@ from proto import errors
 from storage.batch_header import (
     ATTRIBUTES_POS,
     CRC_POS,
+    LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     CorruptRecordError,
-    iter_batches,
     patch_offset_and_epoch,
+    validate_batch,
 )
 from storage.config import LogConfig
 from storage.segment import AppendedBatch
@@ -53,29 +54,31 @@ class ValidBatches:
 
     data: memoryview
     headers: list[tuple[int, BatchHeader]]
-
-    @property
-    def num_records(self) -> int:
-        return sum(header.records_count for _, header in self.headers)
+    num_records: int
 
 
 def validate_batches(batches: bytes | bytearray | memoryview, config: LogConfig, name: str) -> ValidBatches:
     """Check every batch before anything is written; raise the first problem as a Kafka error."""
     data = memoryview(batches).cast("B")
-    if not data:
+    size = len(data)
+    if not size:
         raise errors.CorruptMessageError(f"{name}: an append needs at least one batch")
-    if len(data) > config.segment_bytes:
+    if size > config.segment_bytes:
         raise errors.RecordListTooLargeError(
-            f"{name}: {len(data)} bytes of batches exceed segment.bytes={config.segment_bytes}"
+            f"{name}: {size} bytes of batches exceed segment.bytes={config.segment_bytes}"
         )
     headers = []
+    position = records = 0
     try:
-        for position, header in iter_batches(data):
+        while position < size:
+            header = validate_batch(data, position)  # also checks the batch lies inside ``data``
             _check_batch(position, header, config)
             headers.append((position, header))
+            records += header.records_count
+            position += header.batch_length + LOG_OVERHEAD
     except CorruptRecordError as exc:
         raise errors.CorruptMessageError(f"{name}: batch {len(headers)} is corrupt: {exc.reason}") from None
-    return ValidBatches(data, headers)
+    return ValidBatches(data, headers, records)
 
 
 def _check_batch(position: int, header: BatchHeader, config: LogConfig) -> None:

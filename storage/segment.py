@@ -25,6 +25,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from proto import errors
 from storage.batch_header import (
     HEADER_SIZE,
     LENGTH_POS,
@@ -129,12 +130,22 @@ class LogSegment:
     # ----------------------------------------------------------------------------------------- writes
 
     def append(self, pieces: list, size_bytes: int, batches: list[AppendedBatch]) -> None:
-        """Append whole batches (validated, offsets assigned), given as buffers to write in order."""
+        """Append whole batches (validated, offsets assigned), given as buffers to write in order.
+
+        The bytes go first: if the write fails, the file is cut back and nothing in memory changed.
+        """
+        assert batches[0].last_offset >= self.next_offset, (
+            f"segment {self.base_offset}: batch ends at {batches[0].last_offset} below {self.next_offset}"
+        )
+        try:
+            _write_all(self._fd, pieces, size_bytes)
+        except OSError as exc:
+            os.ftruncate(self._fd, self.size_bytes)
+            raise errors.KafkaStorageError(
+                f"{self.log_path}: append of {size_bytes} bytes failed: {exc}"
+            ) from exc
         position = self.size_bytes
         for batch in batches:
-            assert batch.last_offset >= self.next_offset, (
-                f"segment {self.base_offset}: batch ends at {batch.last_offset} below {self.next_offset}"
-            )
             self._track_max_timestamp(batch.max_timestamp, batch.last_offset)
             if self._bytes_since_index_entry > self.index_interval_bytes:
                 self.offset_index.append(batch.last_offset, position)
@@ -142,11 +153,10 @@ class LogSegment:
                 self._bytes_since_index_entry = 0
             position += batch.size_bytes
             self._bytes_since_index_entry += batch.size_bytes
-            self.next_offset = batch.last_offset + 1
-            if self.first_batch_timestamp is None:
-                self.first_batch_timestamp = batch.max_timestamp
+        self.next_offset = batches[-1].last_offset + 1
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = batches[0].max_timestamp
         assert position - self.size_bytes == size_bytes, f"batches add to {position - self.size_bytes} bytes"
-        _write_all(self._fd, pieces, size_bytes)
         self.size_bytes = position
 
     def _track_max_timestamp(self, timestamp: int, offset: int) -> None:
@@ -338,17 +348,20 @@ class LogSegment:
 
 def _write_all(fd: int, pieces: list, size_bytes: int) -> None:
     """Write the buffers in order with ``writev``; a short write (rare) finishes with plain writes."""
-    written = 0
+    if len(pieces) <= _IOV_MAX:
+        done = os.writev(fd, pieces)
+        if done < size_bytes:
+            _write_rest(fd, pieces, done)
+        return
     for start in range(0, len(pieces), _IOV_MAX):
         chunk = pieces[start : start + _IOV_MAX]
-        chunk_bytes = sum(len(piece) for piece in chunk)
-        done = os.writev(fd, chunk)
-        if done < chunk_bytes:
-            rest = memoryview(b"".join(chunk))[done:]
-            while rest:
-                rest = rest[os.write(fd, rest) :]
-        written += chunk_bytes
-    assert written == size_bytes, f"wrote {written} bytes, expected {size_bytes}"
+        _write_all(fd, chunk, sum(len(piece) for piece in chunk))
+
+
+def _write_rest(fd: int, pieces: list, done: int) -> None:
+    rest = memoryview(b"".join(pieces))[done:]
+    while rest:
+        rest = rest[os.write(fd, rest) :]
 
 
 def _pread_all(fd: int, size: int, position: int) -> bytes:

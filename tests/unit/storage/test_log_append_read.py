@@ -289,3 +289,24 @@ def test_high_watermark_outside_range_is_a_bug(open_log, hw: int) -> None:
     log = filled(open_log)
     with pytest.raises(AssertionError, match="HW"):
         log.update_high_watermark(hw)
+
+
+def test_failed_write_is_a_storage_error_and_changes_nothing(open_log, monkeypatch) -> None:
+    """A disk error (ENOSPC) is KAFKA_STORAGE_ERROR; the file is cut back and the LEO does not move."""
+    import errno
+
+    log = open_log()
+    log.append_as_leader(make_batch(3), 0)
+    size = log.size_bytes
+
+    def full_disk(fd, pieces):
+        os.write(fd, bytes(pieces[0])[:5])  # a torn partial write before the failure
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "writev", full_disk)
+    with pytest.raises(errors.KafkaStorageError, match="No space left"):
+        log.append_as_leader(make_batch(3), 0)
+    monkeypatch.undo()
+    assert (log.log_end_offset, log.size_bytes, log.active_segment.log_path.stat().st_size) == (3, size, size)
+    assert log.append_as_leader(make_batch(2), 0).first_offset == 3
+    assert batch_offsets(log.read(0, 1 << 20)) == [(0, 2), (3, 4)]
