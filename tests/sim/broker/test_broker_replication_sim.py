@@ -40,5 +40,15 @@ def test_schedules_exercise_the_interesting_paths() -> None:
     """The schedules are not vacuous: across the seeds there are truncations, fencing, ISR changes,
     acknowledged records and leader changes."""
     trace = "\n".join(line for seed in range(10) for line in run_random(seed, STEPS).trace)
-    for needle in ("truncate b", "alter-partition", "ack v", "crash", "restart", "move leader"):
+    needles = (
+        "truncate b",
+        "alter-partition",
+        "ack v",
+        "crash",
+        "restart",
+        "move leader",
+        "ignored",
+        "FENCED_LEADER",
+    )
+    for needle in needles:
         assert needle in trace, f"no {needle!r} in 10 seeds"
