@@ -6,11 +6,13 @@ Waits poll a condition against a deadline; nothing sleeps a fixed time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -176,3 +178,28 @@ class FakeBroker:
             return r.error.code == 0 and not r.is_fenced
 
         wait_until(attempt, START_TIMEOUT_S, f"broker {self.broker_id} unfenced")
+
+
+class Heartbeater:
+    """Heartbeats the brokers in ``alive`` every ``interval_s`` on a thread, as live brokers do;
+    remove a broker from ``alive`` to make it go silent. Use as a context manager (always joined)."""
+
+    def __init__(self, brokers: list[FakeBroker], interval_s: float = 0.2) -> None:
+        self.alive = {b.broker_id: b for b in brokers}
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fake-broker-heartbeats", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for broker in list(self.alive.values()):
+                with contextlib.suppress(grpc.RpcError):  # a missed beat; the session tolerates a few
+                    broker.heartbeat()
+
+    def __enter__(self) -> Heartbeater:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
