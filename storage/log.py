@@ -117,7 +117,12 @@ class Log:
         self._recovery_point = leo if loaded.had_clean_shutdown else min(loaded.recovery_point, leo)
         hw = loaded.high_watermark if loaded.high_watermark is not None else self._log_start_offset
         self._high_watermark = min(max(hw, self._log_start_offset), leo)
-        self._leader_epoch_cache = self._load_epoch_cache(loaded.epoch_starts)
+        try:
+            self._leader_epoch_cache = self._load_epoch_cache(loaded.epoch_starts)
+        except errors.KafkaStorageError:
+            for segment in self._segments:
+                segment.close()
+            raise
         self._unflushed_records = 0
         self._last_flush_ms = clock_ms()
         self._written: dict[str, int] = {}
@@ -432,7 +437,7 @@ class Log:
         if self.config.retention_ms is not None:
             retention_ms = self.config.retention_ms
             deleted += self._delete_while(
-                lambda segment, upper: now_ms - segment.max_timestamp > retention_ms
+                lambda segment, upper: now_ms - segment.retention_timestamp_ms > retention_ms
             )
         if self.config.retention_bytes is not None:
             excess = [self.size_bytes - self.config.retention_bytes]

@@ -83,6 +83,8 @@ def load_log(directory: Path, config: LogConfig, checkpoints: Checkpoints, now_m
             # A torn segment, or a later segment that reached the disk before this one's tail did:
             # the offsets after this segment are not contiguous, so nothing after it can be kept.
             if not must_scan:
+                for opened in loaded.segments:
+                    opened.close()
                 raise errors.KafkaStorageError(
                     f"{directory}: segment {base_offset} ends at offset {segment.next_offset} but the next "
                     f"segment starts at {upper}, below the recovery point {loaded.recovery_point}; the "

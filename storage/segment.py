@@ -164,6 +164,13 @@ class LogSegment:
             self.max_timestamp = timestamp
             self.offset_of_max_timestamp = offset
 
+    @property
+    def retention_timestamp_ms(self) -> int:
+        """What retention.ms compares: the largest record timestamp, or, in a segment whose batches
+        carry none, the time it was created or opened (Kafka uses the file's mtime; this never
+        deletes earlier than that would, and keeps time injectable)."""
+        return self.max_timestamp if self.max_timestamp != NO_TIMESTAMP else self.created_ms
+
     def on_become_inactive(self) -> None:
         """Record the final max timestamp in the time index (Kafka does this on roll and close)."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)

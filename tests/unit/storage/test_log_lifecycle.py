@@ -145,6 +145,19 @@ def test_retention_trims_epoch_cache_from_start(open_log, clock) -> None:
     assert log.leader_epoch_cache.entries == (EpochEntry(1, 18), EpochEntry(2, 24))
 
 
+def test_retention_of_segments_without_timestamps_uses_their_creation_time(open_log, clock) -> None:
+    """A segment whose batches carry no timestamp (-1) ages from when it was created, not from 1970."""
+    log = open_log(LogConfig(segment_bytes=ONE * 2, retention_ms=100))
+    for _ in range(4):
+        log.append_as_leader(without_timestamps(make_batch(3)), 0)
+    log.update_high_watermark(12)
+    clock.now_ms += 100
+    assert log.delete_old_segments() == 0
+    clock.now_ms += 1
+    assert log.delete_old_segments() == 2
+    assert log.segment_base_offsets == (12,)
+
+
 LOG_START_MOVES = [
     pytest.param(4, True, 4, (0, 6), id="inside-first-segment"),
     pytest.param(6, True, 6, (6,), id="segment-boundary"),
