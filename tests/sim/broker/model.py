@@ -159,6 +159,7 @@ class Broker:
         self.pending_acks: list[tuple[int, int, str]] = []  # (required offset, epoch, value)
         self.fetcher: ReplicaFetcher | None = None
         self.incarnation = 1  # its broker epoch: a restart registers again with a newer one
+        self.isolated = False  # alive but cut off from the controller: fenced, a possible zombie leader
 
     def _new_partition(self) -> Partition:
         return Partition(TOPIC, 0, self.broker_id, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
@@ -170,6 +171,7 @@ class Broker:
 
     def restart(self) -> None:
         self.alive = True
+        self.isolated = False
         self.incarnation += 1
         self.partition = self._new_partition()
 
@@ -208,7 +210,7 @@ class Cluster:
 
     def sync_metadata(self, broker_id: int) -> None:
         broker = self.brokers[broker_id]
-        if not broker.alive:
+        if not broker.alive or broker.isolated:
             return
         s, p, log = self.controller.state, broker.partition, broker.log
         if s.leader_id == broker_id:
@@ -418,6 +420,25 @@ class Cluster:
         self.note(f"bounce b{broker_id}")
         self.restart(broker_id)
 
+    def isolate(self, broker_id: int) -> None:
+        """The broker loses the controller (missed heartbeats) but keeps running on its stale view:
+        the controller fences it, and if it led, it is now a zombie leader until it rejoins."""
+        broker = self.brokers[broker_id]
+        if not broker.alive or broker.isolated:
+            return
+        broker.isolated = True
+        self.controller.fence(broker_id)
+        self.note(f"isolate b{broker_id} -> {self.controller.state}")
+
+    def rejoin(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if not broker.alive or not broker.isolated:
+            return
+        broker.isolated = False
+        self.controller.unfence(broker_id)
+        self.sync_metadata(broker_id)
+        self.note(f"rejoin b{broker_id} -> {self.controller.state}")
+
     def restart(self, broker_id: int) -> None:
         broker = self.brokers[broker_id]
         broker.restart()
@@ -477,6 +498,8 @@ EVENT_WEIGHTS = {
     "crash": 3,
     "restart": 5,
     "move": 3,
+    "isolate": 2,
+    "rejoin": 3,
     "alter": 6,
 }
 
@@ -525,6 +548,10 @@ def _random_event(c: Cluster, rng: random.Random) -> None:
         c.restart(broker_id)
     elif event == "alter":
         c.deliver_alter_partition()
+    elif event == "isolate" and len(alive) >= 2:
+        c.isolate(broker_id)
+    elif event == "rejoin":
+        c.rejoin(broker_id)
     elif event == "move" and c.controller.move_leader(broker_id):
         c.note(f"move leader to b{broker_id} -> {c.controller.state}")
 
@@ -536,7 +563,8 @@ def heal(c: Cluster, rounds: int = 200) -> None:
     for broker_id in c.replicas:
         if not c.brokers[broker_id].alive:
             c.restart(broker_id)
-            c.checker.check()
+        c.rejoin(broker_id)
+        c.checker.check()
     for _ in range(rounds):
         for broker_id in c.replicas:
             c.sync_metadata(broker_id)

@@ -1,8 +1,10 @@
-"""Seeded simulation of one partition on three brokers: produces (acks=all and 1), follower fetches with
-lost responses, ISR shrink/expand through the controller, crashes (one or two at once), restarts,
-leader moves with epoch bumps and stale metadata. Checks after every event (tests/sim/broker/model.py):
-nothing below any HW is lost or changed, HW monotonic within an epoch (Partition.invariants), committed
-prefixes agree, acknowledged records survive; then all replicas converge.
+"""Seeded simulation of one partition on three brokers: produces (acks=all and 1), follower fetches whose
+answers are delayed, reordered, lost or duplicated, ISR shrink/expand through an asynchronous
+AlterPartition, crashes (one or two at once), restarts, brokers cut off from the controller (zombie
+leaders), leader moves with epoch bumps and stale metadata. Checks after every event
+(tests/sim/broker/model.py): nothing below any HW is lost or changed, HW monotonic within an epoch
+(Partition.invariants), committed prefixes agree, acknowledged records survive; then all replicas
+converge.
 
 Replay one seed: ``PYKRAFT_SIM_SEED=17 .venv/bin/python -m pytest tests/sim/broker -k random_schedule``.
 """
@@ -52,3 +54,15 @@ def test_schedules_exercise_the_interesting_paths() -> None:
     )
     for needle in needles:
         assert needle in trace, f"no {needle!r} in 10 seeds"
+
+
+@pytest.mark.slow
+def test_many_more_seeds() -> None:
+    """A wider sweep (a few seconds): every seed from 40 to 299, stopping at the first failure."""
+    for seed in range(40, 300):
+        try:
+            run_random(seed, STEPS)
+        except AssertionError as error:
+            raise AssertionError(
+                f"seed {seed} failed (replay with PYKRAFT_SIM_SEED={seed}): {error}"
+            ) from error
