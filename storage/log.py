@@ -89,7 +89,8 @@ class Log:
       when it exceeds ``max_bytes``; b"" at the end. OffsetOutOfRangeError outside
       ``[log_start_offset, log_end_offset]``.
     - ``offset_for_timestamp(timestamp) -> TimestampAndOffset | None`` (also EARLIEST/LATEST_TIMESTAMP).
-    - ``end_offset_for_epoch(leader_epoch) -> EpochEndOffset`` (OffsetsForLeaderEpoch).
+    - ``end_offset_for_epoch(leader_epoch) -> EpochEndOffset`` (OffsetsForLeaderEpoch);
+      ``maybe_assign_epoch_start_offset(leader_epoch) -> bool`` when becoming leader.
     - ``update_high_watermark(offset)``, ``maybe_increment_log_start_offset(offset) -> bool``,
       ``delete_old_segments() -> int`` (retention.ms / retention.bytes / log start offset),
       ``truncate_to(offset) -> bool``, ``truncate_fully_and_start_at(offset)``.
@@ -183,6 +184,11 @@ class Log:
             f"LEO {self.log_end_offset}]"
         )
         self._high_watermark = offset
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int) -> bool:
+        """A new leader records its epoch at the LEO when it becomes leader (Kafka's ``makeLeader``),
+        before any append, so followers are compared against it at once; True if the cache changed."""
+        return self._leader_epoch_cache.assign(leader_epoch, self.log_end_offset)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
         """OffsetsForLeaderEpoch: the largest epoch <= ``leader_epoch`` and the offset where it ends."""

@@ -143,6 +143,17 @@ def test_leader_appends_record_epoch_starts(open_log) -> None:
     assert log.end_offset_for_epoch(4) == UNDEFINED
 
 
+def test_new_leader_assigns_its_epoch_at_the_leo_before_appending(open_log) -> None:
+    """Kafka's makeLeader: the epoch starts at the LEO at once, so OffsetsForLeaderEpoch sees it."""
+    log = open_log()
+    log.append_as_leader(make_batch(3), 1)
+    assert log.maybe_assign_epoch_start_offset(2)
+    assert not log.maybe_assign_epoch_start_offset(2)
+    assert log.end_offset_for_epoch(1) == EpochEndOffset(1, 3)
+    log.append_as_leader(make_batch(2), 2)
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == [(1, 0), (2, 3)]
+
+
 FOLLOWER_APPENDS = [
     pytest.param([(0, 3, 1), (3, 2, 1), (5, 1, 2)], None, [(1, 0), (2, 5)], id="contiguous"),
     pytest.param([(1, 3, 1)], "starts at offset 1, expected 0", [], id="gap-at-start"),
