@@ -198,7 +198,9 @@ class Partition:
         assert leader_epoch >= self.leader_epoch, f"leader epoch {leader_epoch} < {self.leader_epoch}"
         if is_new:
             # The HW this replica already knew stays: it is committed, whatever the log checkpoint says.
-            known_high_watermark = min(max(high_watermark, self.high_watermark), log_end_offset)
+            known_high_watermark = min(
+                max(high_watermark, self.high_watermark, log_start_offset), log_end_offset
+            )
             assert log_start_offset <= known_high_watermark <= log_end_offset, (
                 f"become_leader: log_start {log_start_offset} hw {known_high_watermark} leo {log_end_offset}"
             )
@@ -241,7 +243,7 @@ class Partition:
         self.pending_isr, self._remote = None, {}
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         self.log_start_offset, self.log_end_offset = log_start_offset, log_end_offset
-        self.high_watermark = min(max(self.high_watermark, high_watermark), log_end_offset)
+        self.high_watermark = min(max(self.high_watermark, high_watermark, log_start_offset), log_end_offset)
         self._note_high_watermark()
         return is_new
 
@@ -598,6 +600,12 @@ class Partition:
         if self.high_watermark > log_end_offset:
             self.high_watermark = log_end_offset
             self._high_watermark_floor = (self.leader_epoch, log_end_offset)
+
+    def on_local_truncate_fully(self, start_offset: int) -> None:
+        """Follower: the log was emptied to restart at the leader's log start (it was too far behind)."""
+        assert self.role is Role.FOLLOWER, f"{self._name()}: full truncation on a {self.role.value}"
+        self.log_start_offset = self.log_end_offset = self.high_watermark = start_offset
+        self._high_watermark_floor = (self.leader_epoch, start_offset)
 
     def on_log_start_offset(self, log_start_offset: int) -> None:
         """Retention or a leader's log start moved the local log start offset forward."""

@@ -65,7 +65,8 @@ partition.high_watermark)``; apply each action:
 ``AppendRecords`` -> ``log.append_as_follower(records)``, ``partition.on_local_append(leo)``,
 ``partition.update_follower_high_watermark(leader_hw)`` and ``log.update_high_watermark``;
 ``TruncateTo`` -> ``log.truncate_to(offset)``, ``partition.on_local_truncate(log.log_end_offset)``;
-``TruncateFullyAndStartAt`` -> ``log.truncate_fully_and_start_at(offset)`` then the same;
+``TruncateFullyAndStartAt`` -> ``log.truncate_fully_and_start_at(offset)``,
+``partition.on_local_truncate_fully(offset)``;
 ``Fenced`` / ``BackedOff`` -> nothing (the metadata log or the backoff decides).
 Then ``fetcher.update_position(tp, log.log_end_offset, log.latest_epoch)``. A failed call is
 ``handle_request_failure``; wait until ``next_wake_ms`` when nothing is ready.

@@ -314,3 +314,19 @@ def test_offsets_for_leader_epoch() -> None:
     assert p.handle_offsets_for_leader_epoch(None, 3, entries) == (None, EpochEndOffset(3, 10))
     error, answer = p.handle_offsets_for_leader_epoch(2, 3, entries)
     assert error is not None and error.code == ErrorCode.FENCED_LEADER_EPOCH and answer.end_offset == -1
+
+
+def test_follower_truncate_fully_restarts_at_leader_log_start() -> None:
+    """A follower behind the leader's log start empties its log and starts there (retention moved on)."""
+    p = Partition("t", 0, F1, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
+    p.become_follower(LEADER, 3, 7, REPLICAS, REPLICAS, 10, 4)
+    p.on_local_truncate_fully(50)
+    assert (p.log_start_offset, p.high_watermark, p.log_end_offset) == (50, 50, 50)
+    p.invariants()
+
+
+def test_become_follower_hw_not_below_log_start() -> None:
+    p = Partition("t", 0, F1, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2)
+    p.become_follower(LEADER, 3, 7, REPLICAS, REPLICAS, 10, 0, log_start_offset=6)
+    assert p.high_watermark == 6
+    p.invariants()
