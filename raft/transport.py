@@ -352,21 +352,23 @@ class PeerSender:
             while self._queue and isinstance(self._queue[0], InstallSnapshot):
                 chunks.append(self._queue.popleft())  # type: ignore[arg-type]
             return chunks
+        if not isinstance(message, AppendEntries):
+            return message
+        # A resend (after a suspected loss) of entries that did arrive shrinks to what is new.
+        message = self._trim(message)
         size = _payload_bytes(message)
-        while (
-            isinstance(message, AppendEntries) and self._queue and isinstance(self._queue[0], AppendEntries)
-        ):
-            following: AppendEntries = self._queue[0]  # type: ignore[assignment]
+        while self._queue and isinstance(self._queue[0], AppendEntries):
+            following = self._trim(self._queue[0])
             size += _payload_bytes(following)
             merged = coalesce(message, following) if size <= MAX_COALESCED_BYTES else None
             if merged is None:
                 break
             self._queue.popleft()
             message = merged
-        if isinstance(message, AppendEntries):
-            # A resend (after a suspected loss) of entries that did arrive shrinks to what is new.
-            message = trim_acknowledged(message, self._acked_term, self._acked_match)
         return message
+
+    def _trim(self, message: AppendEntries) -> AppendEntries:
+        return trim_acknowledged(message, self._acked_term, self._acked_match)
 
     async def _run(self) -> None:
         while True:
