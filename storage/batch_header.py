@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from proto import errors
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLength
 MAGIC_V2 = 2
@@ -62,8 +64,11 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 
 
-class CorruptRecordError(Exception):
-    """Bytes that are not a valid v2 RecordBatch. ``reason`` says what is wrong, for a person."""
+class CorruptRecordError(errors.CorruptMessageError):  # type: ignore[name-defined,misc]
+    """Bytes that are not a valid v2 RecordBatch (Kafka's CORRUPT_MESSAGE, code 2).
+
+    ``reason`` says what is wrong, for a person; ``code`` is the Kafka error code to answer with.
+    """
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
