@@ -398,7 +398,9 @@ class Log:
             first = self._segment_index(self._recovery_point)
             for segment in self._segments[first:-1]:
                 segment.flush(fsync=True)
-            self.active_segment.flush(fsync=True)
+            # The active segment is always rescanned after a crash (it holds the recovery point), so
+            # only its data needs the fsync; its indexes are rebuilt.
+            self.active_segment.flush_data()
             moved_segment = self._bases[first] != self.active_segment.base_offset
             self._recovery_point = leo
             if moved_segment:

@@ -175,7 +175,12 @@ class LogSegment:
         """Record the final max timestamp in the time index (Kafka does this on roll and close)."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
+    def flush_data(self) -> None:
+        """fsync the batches only (the indexes can be rebuilt from them)."""
+        os.fsync(self._fd)
+
     def flush(self, fsync: bool = True) -> None:
+        """Write the index files; with ``fsync``, make data and indexes durable."""
         if fsync:
             os.fsync(self._fd)
         self.offset_index.flush(fsync)
