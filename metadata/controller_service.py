@@ -17,6 +17,7 @@ from metadata.state_machine import MetadataStateMachine
 from proto import controller_pb2, controller_pb2_grpc
 
 FETCH_MAX_ENTRIES = 1_000
+FETCH_MAX_BYTES = 1 << 20  # per response; callers must accept proto.serving.MAX_MESSAGE_BYTES (snapshots)
 FETCH_POLL_S = 1.0
 
 
@@ -110,7 +111,7 @@ class ControllerServicer(ForwardingServicer, controller_pb2_grpc.ControllerServi
                 sent = sm.offset
                 yield controller_pb2.FetchMetadataResponse(snapshot=snapshot)
                 continue
-            entries = sm.entries_after(sent, FETCH_MAX_ENTRIES)
+            entries = sm.entries_after(sent, FETCH_MAX_ENTRIES, FETCH_MAX_BYTES)
             if entries:
                 sent = entries[-1][0]
                 yield controller_pb2.FetchMetadataResponse(

@@ -81,10 +81,19 @@ class MetadataStateMachine:
         """True when every entry after ``offset`` is still in the tail (or none exists yet)."""
         return offset >= self.tail_start_offset
 
-    def entries_after(self, offset: int, max_entries: int) -> list[tuple[int, bytes]]:
-        """Up to ``max_entries`` committed entries with an offset above ``offset``, in order."""
+    def entries_after(self, offset: int, max_entries: int, max_bytes: int) -> list[tuple[int, bytes]]:
+        """Committed entries with an offset above ``offset``, in order: at most ``max_entries``, and at
+        most ``max_bytes`` of batches unless the first entry alone is larger (it is always included)."""
         start = bisect.bisect_right(self.tail, offset, key=lambda e: e[0])
-        return [self.tail[i] for i in range(start, min(start + max_entries, len(self.tail)))]
+        out: list[tuple[int, bytes]] = []
+        size = 0
+        for i in range(start, min(start + max_entries, len(self.tail))):
+            entry = self.tail[i]
+            size += len(entry[1])
+            if out and size > max_bytes:
+                break
+            out.append(entry)
+        return out
 
     async def wait_for_entries_after(self, offset: int, timeout_s: float) -> None:
         """Return once an entry after ``offset`` is applied (or a snapshot restored), or on timeout."""
