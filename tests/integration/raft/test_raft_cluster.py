@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from raft_cluster import ROOT, RaftCluster, wait_until
+from raft_cluster import CALL_TIMEOUT_S, ELECTION_TIMEOUT_MS, ROOT, RaftCluster, wait_until
+
+from proto import raft_pb2
+from proto.errors import ErrorCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -200,3 +203,29 @@ def test_bad_start_exits_with_one_clear_line(tmp_path: Path, setup, args: list[s
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2, result
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_sigterm_hands_leadership_over_and_reads_are_linearizable(make_cluster) -> None:
+    """Raft thesis §3.10: a leader stopped with SIGTERM transfers leadership (TimeoutNow) before it
+    exits, so the next leader is elected at once, one term later. Thesis §6.4: ReadIndex is served
+    by the leader only, and covers every entry acknowledged before it."""
+    cluster = make_cluster(3)
+    leader = cluster.leader()
+    _, last = cluster.propose_committed([b"x", b"y"])
+    reply = cluster.stub(leader).ReadIndex(raft_pb2.ReadIndexRequest(), timeout=CALL_TIMEOUT_S)
+    assert reply.error_code == ErrorCode.NONE and reply.index >= last, reply
+    follower = next(n for n in cluster.ids if n != leader)
+    refused = cluster.stub(follower).ReadIndex(raft_pb2.ReadIndexRequest(), timeout=CALL_TIMEOUT_S)
+    assert refused.error_code == ErrorCode.NOT_CONTROLLER and refused.leader.leader_id == leader, refused
+    term = cluster.status(leader).term
+    stopped_at = time.monotonic()
+    cluster.signal(leader, signal.SIGTERM)
+    assert cluster.procs[leader].wait(timeout=20) == 0
+    successor = cluster.leader(exclude=(leader,))
+    took_s = time.monotonic() - stopped_at
+    assert cluster.status(successor).term == term + 1
+    assert took_s < 2 * ELECTION_TIMEOUT_MS / 1000 + 1.5, f"transfer took {took_s:.2f} s"
+    first, _ = cluster.propose_committed([b"after-transfer"])
+    survivors = [n for n in cluster.ids if n != leader]
+    cluster.wait_applied(survivors, first)
+    assert_logs_hold(cluster, survivors, [(last, b"y"), (first, b"after-transfer")])
