@@ -485,8 +485,8 @@ class RaftNode:
         """A stale message: tell a stale leader or pre-candidate our term so it steps down; drop the rest."""
         if isinstance(m, (AppendEntries, InstallSnapshot)):
             self._send(AppendEntriesResponse(self.id, m.src, self._term, success=False, match_index=0))
-        elif isinstance(m, RequestVote) and m.pre_vote:
-            self._send(RequestVoteResponse(self.id, m.src, self._term, granted=False, pre_vote=True))
+        elif isinstance(m, RequestVote):  # §5.1: the stale candidate learns our term
+            self._send(RequestVoteResponse(self.id, m.src, self._term, granted=False, pre_vote=m.pre_vote))
 
     def _in_lease(self) -> bool:
         if not self.config.check_quorum:
