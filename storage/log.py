@@ -106,8 +106,10 @@ class Log:
         self, directory: Path, config: LogConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms
     ) -> None:
         self.directory = Path(directory)
+        self.name = self.directory.name  # for messages: Kafka names partition directories <topic>-<n>
         self.config = config or LogConfig()
         self._clock_ms = clock_ms
+        self._log_append_time = self.config.message_timestamp_type == LOG_APPEND_TIME
         self._checkpoints = log_loader.Checkpoints(self.directory)
         loaded = log_loader.load_log(self.directory, self.config, self._checkpoints, clock_ms())
         self.load_result = loaded
@@ -180,7 +182,7 @@ class Log:
     def update_high_watermark(self, offset: int) -> None:
         """Set the HW (the broker's replication logic decides it); kept in memory until a checkpoint."""
         assert self._log_start_offset <= offset <= self.log_end_offset, (
-            f"{self.directory.name}: HW {offset} outside [log start {self._log_start_offset}, "
+            f"{self.name}: HW {offset} outside [log start {self._log_start_offset}, "
             f"LEO {self.log_end_offset}]"
         )
         self._high_watermark = offset
@@ -206,13 +208,13 @@ class Log:
         latest = self._leader_epoch_cache.latest_epoch
         if latest is not None and leader_epoch < latest:
             raise errors.FencedLeaderEpochError(
-                f"{self.directory.name}: append in leader epoch {leader_epoch}, but the log already has "
+                f"{self.name}: append in leader epoch {leader_epoch}, but the log already has "
                 f"epoch {latest}; this leader is stale"
             )
-        valid = log_validator.validate_batches(batches, self.config, self.directory.name)
+        valid = log_validator.validate_batches(batches, self.config, self.name)
         now_ms = self._clock_ms()
         first_offset = self.log_end_offset
-        if self.config.message_timestamp_type == LOG_APPEND_TIME:
+        if self._log_append_time:
             pieces, appended = log_validator.assign_offsets_with_log_append_time(
                 valid, first_offset, leader_epoch, now_ms
             )
@@ -226,8 +228,8 @@ class Log:
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches fetched from the leader, keeping their offsets and leader epochs."""
-        valid = log_validator.validate_batches(batches, self.config, self.directory.name)
-        appended = log_validator.follower_batches(valid, self.log_end_offset, self.directory.name)
+        valid = log_validator.validate_batches(batches, self.config, self.name)
+        appended = log_validator.follower_batches(valid, self.log_end_offset, self.name)
         first_offset = valid.headers[0][1].base_offset
         info = self._append(valid, [valid.data], appended, first_offset, NO_TIMESTAMP, self._clock_ms())
         for _, header in valid.headers:
@@ -296,7 +298,7 @@ class Log:
     def _check_readable(self, offset: int) -> None:
         if not self._log_start_offset <= offset <= self.log_end_offset:
             raise errors.OffsetOutOfRangeError(
-                f"{self.directory.name}: offset {offset} is outside the log's range "
+                f"{self.name}: offset {offset} is outside the log's range "
                 f"[{self._log_start_offset}, {self.log_end_offset}]"
             )
 
@@ -425,7 +427,7 @@ class Log:
         """Move the log start offset forward (DeleteRecords, or a follower following its leader)."""
         if offset > self._high_watermark:
             raise errors.OffsetOutOfRangeError(
-                f"{self.directory.name}: cannot move the log start offset to {offset}, past the high "
+                f"{self.name}: cannot move the log start offset to {offset}, past the high "
                 f"watermark {self._high_watermark}"
             )
         if offset <= self._log_start_offset:
@@ -531,7 +533,7 @@ class Log:
     def invariants(self) -> None:
         leo = self.log_end_offset
         assert self._log_start_offset <= self._high_watermark <= leo, (
-            f"{self.directory.name}: log start {self._log_start_offset} <= HW {self._high_watermark} "
+            f"{self.name}: log start {self._log_start_offset} <= HW {self._high_watermark} "
             f"<= LEO {leo} violated"
         )
         assert self._recovery_point <= leo, f"recovery point {self._recovery_point} > LEO {leo}"
