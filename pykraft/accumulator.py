@@ -36,6 +36,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from proto import errors
 from proto.errors import ErrorCode
@@ -49,8 +50,12 @@ MessageTooLargeError = errors.exception_class(ErrorCode.MESSAGE_TOO_LARGE)
 
 def varint_size(value: int) -> int:
     """Bytes of the zigzag varint of ``value`` (Kafka's ``ByteUtils.sizeOfVarlong``)."""
+    if -64 <= value < 64:  # the common cases first: this runs several times per record
+        return 1
+    if -8192 <= value < 8192:
+        return 2
     raw = (value << 1) ^ (value >> 63)
-    return max(1, (raw.bit_length() + 6) // 7)
+    return (raw.bit_length() + 6) // 7
 
 
 def record_size(
@@ -58,16 +63,28 @@ def record_size(
 ) -> int:
     """Exact encoded size of one v2 record, its length varint included."""
     body = 1 + varint_size(timestamp_delta) + varint_size(offset_delta)
-    body += varint_size(-1) if key is None else varint_size(len(key)) + len(key)
-    body += varint_size(-1) if value is None else varint_size(len(value)) + len(value)
+    body += 1 if key is None else varint_size(len(key)) + len(key)  # null: the varint of -1
+    body += 1 if value is None else varint_size(len(value)) + len(value)
     body += varint_size(len(headers))
     for header_key, header_value in headers:
         encoded_key = header_key.encode()
         body += varint_size(len(encoded_key)) + len(encoded_key)
-        body += (
-            varint_size(-1) if header_value is None else varint_size(len(header_value)) + len(header_value)
-        )
+        body += 1 if header_value is None else varint_size(len(header_value)) + len(header_value)
     return varint_size(body) + body
+
+
+def _payload_bytes(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
+    """A lower bound of a record's encoded size: its key, value and header bytes."""
+    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    for header_key, header_value in headers:
+        size += len(header_key) + (0 if header_value is None else len(header_value))
+    return size
+
+
+# Record framing beyond the payload: attributes, 2 deltas, lengths, header count (<= 5 varints of
+# <= 10 bytes each) plus, per header, two length varints.
+_MAX_RECORD_FRAMING = 1 + 5 * 10
+_MAX_HEADER_FRAMING = 2 * 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +93,9 @@ class TopicPartition:
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class PendingRecord:
+class PendingRecord(NamedTuple):
+    """One record waiting in a batch (a NamedTuple: cheap to build on the per-record path)."""
+
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...]
@@ -180,12 +198,7 @@ class RecordAccumulator:
         now_ms: int,
     ) -> AppendResult:
         record = PendingRecord(key, value, tuple(headers), timestamp_ms)
-        alone = BATCH_HEADER_BYTES + record_size(0, 0, key, value, record.headers)
-        if alone > self.config.max_request_size:
-            raise MessageTooLargeError(
-                f"a record of {alone} bytes (with the batch header) exceeds max.request.size="
-                f"{self.config.max_request_size}; raise it or send a smaller record"
-            )
+        self._check_record_size(record)
         queue = self._queues.setdefault(tp, deque())
         tail = queue[-1] if queue else None
         if tail is not None and tail.try_append(record, self.config.batch_size):
@@ -194,9 +207,22 @@ class RecordAccumulator:
             tail.closed = True
         batch = ProducerBatch(next(self._batch_ids), tp, self._take_sequence(tp), now_ms)
         appended = batch.try_append(record, self.config.batch_size)
-        assert appended, f"a new batch refused its first record ({alone} bytes)"
+        assert appended, f"a new batch refused its first record {record}"
         queue.append(batch)
         return AppendResult(batch.batch_id, 0, new_batch=True)
+
+    def _check_record_size(self, record: PendingRecord) -> None:
+        # The exact size is computed only near the limit: this runs once per record.
+        bound = _payload_bytes(record.key, record.value, record.headers) + BATCH_HEADER_BYTES
+        bound += _MAX_RECORD_FRAMING + _MAX_HEADER_FRAMING * len(record.headers)
+        if bound <= self.config.max_request_size:
+            return
+        alone = BATCH_HEADER_BYTES + record_size(0, 0, record.key, record.value, record.headers)
+        if alone > self.config.max_request_size:
+            raise MessageTooLargeError(
+                f"a record of {alone} bytes (with the batch header) exceeds max.request.size="
+                f"{self.config.max_request_size}; raise it or send a smaller record"
+            )
 
     def _take_sequence(self, tp: TopicPartition) -> int:
         sequence = self._next_sequence.get(tp, 0)

@@ -17,6 +17,7 @@ from pykraft.accumulator import (
     MessageTooLargeError,
     RecordAccumulator,
     TopicPartition,
+    record_size,
     varint_size,
 )
 from storage.record_batch import build_batch, decode_records
@@ -229,3 +230,13 @@ def test_ordering_preserved_across_random_retriable_failures(seed: int) -> None:
         in_flight.clear()
     assert logs == sent
     assert BATCH_HEADER_BYTES == 61
+
+
+def test_record_exactly_at_max_request_size_is_accepted() -> None:
+    """The size check is exact at the boundary (the fast bound only decides far from it)."""
+    value = b"z" * 900
+    exact = BATCH_HEADER_BYTES + record_size(0, 0, None, value, ())
+    acc = accumulator(max_request_size=exact)
+    acc.append(T0, None, value, (), 0, 0)
+    with pytest.raises(MessageTooLargeError):
+        accumulator(max_request_size=exact - 1).append(T0, None, value, (), 0, 0)
