@@ -164,11 +164,12 @@ class FakeBroker:
         ).broker_epoch
         self.metadata_offset = self.broker_epoch  # a real broker would have fetched up to here
 
-    def heartbeat(self) -> controller_pb2.BrokerHeartbeatResponse:
+    def heartbeat(self, want_shut_down: bool = False) -> controller_pb2.BrokerHeartbeatResponse:
         request = controller_pb2.BrokerHeartbeatRequest(
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             current_metadata_offset=self.metadata_offset,
+            want_shut_down=want_shut_down,
         )
         return self.stub().BrokerHeartbeat(request, timeout=5)
 

@@ -153,7 +153,7 @@ def test_sigkill_active_controller_during_create_topics(controller_cluster) -> N
 def test_broker_that_stops_heartbeating_is_fenced(controller_cluster) -> None:
     """A broker silent for broker.session.timeout.ms is fenced; the partitions it led get the next
     ISR member as leader with bumped leader and partition epochs; its stale heartbeat is refused
-    after it re-registers."""
+    after it re-registers. A controlled shutdown moves leaders off before the broker may stop."""
     cluster = controller_cluster(session_timeout_ms=2000)
     try:
         leader = cluster.leader()
@@ -175,6 +175,15 @@ def test_broker_that_stops_heartbeating_is_fenced(controller_cluster) -> None:
 
             after = wait_until(fenced_and_moved, 30, "broker 1 to be fenced and lose its leaderships", 0.2)
             info = cluster.admin(leader).DescribeCluster(admin_pb2.DescribeClusterRequest(), timeout=10)
+
+            # Controlled shutdown of broker 3 (leader of partition 1 now): leadership moves first,
+            # and only a later heartbeat is told it may stop.
+            del heartbeats.alive[3]
+            first = brokers[3].heartbeat(want_shut_down=True)
+            assert first.error.code == 0 and not first.should_shut_down
+            moved = describe(cluster, leader, ["events"]).topics[0].partitions[1]
+            assert (moved.leader, list(moved.isr)) == (2, [2])
+            assert brokers[3].heartbeat(want_shut_down=True).should_shut_down
         assert (after[0].leader, after[1].leader, after[2].leader) == (2, 3, 2)
         for p in (0, 1):
             assert after[p].leader_epoch == before[p].leader_epoch + 1
