@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from broker import divergence
 from broker.divergence import EpochEndOffset, EpochEntry
@@ -479,8 +479,8 @@ class Partition:
             caught_up_ms = max(caught_up_ms, now_ms)
         elif fetch_offset >= old.last_fetch_leader_log_end_offset:
             caught_up_ms = max(caught_up_ms, old.last_fetch_time_ms)
-        self._remote[replica_id] = replace(
-            old,
+        self._remote[replica_id] = RemoteReplicaState(  # not dataclasses.replace: this is the hot path
+            replica_id,
             log_end_offset=fetch_offset,
             last_caught_up_time_ms=caught_up_ms,
             last_fetch_leader_log_end_offset=max(leader_log_end_offset, old.last_fetch_leader_log_end_offset),
