@@ -1,8 +1,10 @@
 """An in-process model of one partition replicated on three brokers, driven through ``broker.partition``.
 
 Only the driving lives here; every decision is made by the broker's pure cores:
-``Partition`` (HW, ISR, epochs, acks=all admission) and ``broker.divergence`` (leader-epoch cache
-rules, diverging epoch, follower truncation). The model supplies what the real broker will supply:
+``Partition`` (HW, ISR, epochs, acks=all admission), ``broker.divergence`` (leader-epoch cache
+rules, diverging epoch, follower truncation), ``broker.fetcher`` (follower fetch state, stale
+answers) and ``broker.purgatory`` (parked acks=all produces, answered on HW moves, leadership
+changes and timeouts). The model supplies what the real broker will supply:
 
 - ``ReplicaLog``: the partition log of one broker — records (one per batch) each carrying the leader
   epoch it was written in, the leader-epoch cache, and an HW checkpoint. A broker *process crash*
@@ -42,7 +44,17 @@ from broker.fetcher import (
     TopicPartitionKey,
     TruncateTo,
 )
-from broker.partition import ACKS_ALL, NO_EPOCH, NO_LEADER, AlterPartitionProposal, Partition, Role
+from broker.partition import (
+    ACKS_ALL,
+    NO_EPOCH,
+    NO_LEADER,
+    AlterPartitionProposal,
+    Partition,
+    ProduceCheck,
+    Role,
+)
+from broker.purgatory import CompletedProduce, ProducePurgatory, ProduceWait
+from broker.purgatory import TopicPartition as PurgatoryTopicPartition
 from proto.errors import ErrorCode
 
 TOPIC = "sim"
@@ -50,6 +62,8 @@ LAG_MS = 500
 MAX_FETCH_RECORDS = 4
 TP: TopicPartitionKey = (TOPIC, 0)
 FETCHER_CONFIG = FetcherConfig(fetch_backoff_ms=20)
+PURGATORY_TP = PurgatoryTopicPartition(TOPIC, 0)
+PRODUCE_TIMEOUT_MS = 1_500
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +170,7 @@ class Broker:
         self.log = ReplicaLog()
         self.alive = True
         self.partition = self._new_partition()
-        self.pending_acks: list[tuple[int, int, str]] = []  # (required offset, epoch, value)
+        self.produce_purgatory = ProducePurgatory()  # parked acks=all produces (volatile)
         self.fetcher: ReplicaFetcher | None = None
         self.incarnation = 1  # its broker epoch: a restart registers again with a newer one
         self.isolated = False  # alive but cut off from the controller: fenced, a possible zombie leader
@@ -166,7 +180,7 @@ class Broker:
 
     def crash(self) -> None:
         self.alive = False
-        self.pending_acks = []
+        self.produce_purgatory = ProducePurgatory()  # the clients see their connections drop
         self.fetcher = None
 
     def restart(self) -> None:
@@ -195,6 +209,8 @@ class Cluster:
         self.now_ms = 0
         self.next_value = 0
         self.acked: dict[int, str] = {}
+        self.produce_values: dict[int, tuple[int, str]] = {}  # operation id -> (offset, value)
+        self.next_operation_id = 1
         self.alter_partition_inflight: list[AlterPartitionProposal] = []
         self.network: list[InFlightFetch] = []  # fetch responses not yet delivered
         self.trace: list[str] = []
@@ -221,16 +237,15 @@ class Cluster:
                 s.leader_epoch, s.partition_epoch, s.isr, self.replicas, log.log_end_offset, hw, self.now_ms
             )
             broker.fetcher = None
-            self._complete_acks(broker, p.maybe_increment_high_watermark())
+            p.maybe_increment_high_watermark()
         else:
-            if p.role is Role.LEADER:
-                broker.pending_acks = []  # NOT_LEADER_OR_FOLLOWER for every parked produce
             hw = max(p.high_watermark, broker.recovered_high_watermark())
             is_new = p.become_follower(
                 s.leader_id, s.leader_epoch, s.partition_epoch, s.isr, self.replicas, log.log_end_offset, hw
             )
             if is_new:
                 self._restart_fetching(broker)
+        self._complete_acks(broker)  # HW, ISR or leadership changed: parked produces may be done
         self.note(f"sync b{broker_id} {p.role.value} e{p.leader_epoch} isr={sorted(p.isr)}")
 
     # ---- data path --------------------------------------------------------------------------------
@@ -245,22 +260,47 @@ class Cluster:
         self.next_value += 1
         broker.log.append([Record(p.leader_epoch, value)])
         offset = broker.log.log_end_offset - 1
-        if acks == ACKS_ALL:
-            broker.pending_acks.append((offset + 1, p.leader_epoch, value))
-        self._complete_acks(broker, p.on_local_append(broker.log.log_end_offset))
         self.note(f"produce b{broker_id} acks={acks} {value}@{offset}")
+        if p.on_local_append(broker.log.log_end_offset) is not None:
+            self._complete_acks(broker)
+        if acks == ACKS_ALL:
+            self.produce_values[self.next_operation_id] = (offset, value)
+            wait = {PURGATORY_TP: ProduceWait(offset + 1, p.leader_epoch)}
+            done = broker.produce_purgatory.try_complete_else_watch(
+                self.next_operation_id, self.now_ms + PRODUCE_TIMEOUT_MS, wait, self._produce_check(broker)
+            )
+            self.next_operation_id += 1
+            if done is not None:
+                self._answer(done)
         return ErrorCode.NONE
 
-    def _complete_acks(self, broker: Broker, _old_high_watermark: int | None) -> None:
-        still = []
-        for required, epoch, value in broker.pending_acks:
-            check = broker.partition.check_enough_replicas_reach_offset(required, epoch)
-            if not check.done:
-                still.append((required, epoch, value))
-            elif check.code == ErrorCode.NONE:
-                self.acked[required - 1] = value
-                self.note(f"ack {value}@{required - 1}")
-        broker.pending_acks = still
+    @staticmethod
+    def _produce_check(broker: Broker):
+        def check(_tp: PurgatoryTopicPartition, required_offset: int, leader_epoch: int) -> ProduceCheck:
+            return broker.partition.check_enough_replicas_reach_offset(required_offset, leader_epoch)
+
+        return check
+
+    def _complete_acks(self, broker: Broker) -> None:
+        """Kafka completes delayed produces when the HW, the ISR or the leadership changes."""
+        check = self._produce_check(broker)
+        for done in broker.produce_purgatory.check_and_complete(PURGATORY_TP, check):
+            self._answer(done)
+
+    def expire_produces(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.alive:
+            for done in broker.produce_purgatory.expire(self.now_ms):
+                self._answer(done)
+
+    def _answer(self, done: CompletedProduce) -> None:
+        offset, value = self.produce_values.pop(done.operation_id)
+        code = done.outcomes[PURGATORY_TP].code
+        if code == ErrorCode.NONE:
+            self.acked[offset] = value
+            self.note(f"ack {value}@{offset}")
+        else:
+            self.note(f"produce {value}@{offset} answered {code.name}")
 
     def _restart_fetching(self, broker: Broker) -> None:
         """Kafka's addPartitions after become_follower: fetch from the local LEO and latest epoch."""
@@ -303,7 +343,8 @@ class Cluster:
             self.now_ms,
             plan.broker_epoch,
         )
-        self._complete_acks(leader, result.high_watermark_advanced_from)
+        if result.high_watermark_advanced_from is not None:
+            self._complete_acks(leader)
         if result.isr_proposal is not None:
             self.alter_partition(leader.broker_id)
         fields = (result.high_watermark, result.log_start_offset, result.log_end_offset)
@@ -395,7 +436,8 @@ class Cluster:
             old_hw = p.handle_alter_partition_response(
                 proposal, code, s.leader_epoch, s.partition_epoch, s.isr
             )
-            self._complete_acks(broker, old_hw)
+            if old_hw is not None:
+                self._complete_acks(broker)
 
     def isr_tick(self, broker_id: int) -> None:
         broker = self.brokers[broker_id]
@@ -537,6 +579,7 @@ def _random_event(c: Cluster, rng: random.Random) -> None:
     elif event == "tick":
         c.advance(rng.choice((10, 100, LAG_MS)))
         c.isr_tick(broker_id)
+        c.expire_produces(broker_id)
     elif event == "checkpoint":
         c.checkpoint(broker_id)
     elif event == "sync":
