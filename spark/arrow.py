@@ -12,25 +12,28 @@ bytes handed here may hold records on both sides of the task's offset range ``[f
 ``next_offset`` tells the caller where to fetch next: the next offset after the last whole batch
 seen, so offsets missing inside a batch (compaction) never make the reader loop.
 
-Decoding uses ``storage.record_batch.decode_columns`` (CRC-checked, every codec), which hands out
-plain column lists that Arrow turns into arrays at C speed; no per-record Python object is made.
+Decoding: ``spark.fast_decode`` (vectorized, CRC-checked, every codec) for the bulk of the data;
+``storage.record_batch.decode_columns`` — the reference decoder — when the fast path declines
+(headers asked for and present, or damaged data, which the reference decoder reports precisely).
 
 Thread-safety: pure functions.
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark.fast_decode import BatchInfo, Columns, FastPathDeclined, decode_batches, i64
 from spark.schema import ARROW_HEADER, ARROW_HEADERS, ARROW_TIMESTAMP, arrow_schema
 from storage.batch_header import HEADER_SIZE, parse_header
-from storage.record_batch import decode_columns
+from storage.record_batch import TimestampType, decode_columns
 
 US_PER_MS = 1000
+OFFSET_COLUMN = 4
+TIMESTAMP_COLUMN = 5
 
 
 @dataclass(frozen=True)
@@ -39,15 +42,6 @@ class DecodedRange:
 
     batch: pa.RecordBatch | None  # None when no record of the fetch is in range
     next_offset: int
-
-
-@dataclass(frozen=True)
-class _Span:
-    """A run of adjacent data batches in the fetched bytes: decoded with one call."""
-
-    start: int
-    end: int
-    timestamp_types: tuple[tuple[int, int], ...]  # (timestampType, records count) per batch
 
 
 def decode_range(
@@ -65,61 +59,80 @@ def decode_range(
     ``min_timestamp_ms`` (a pushed ``timestamp >=`` filter) drops records with an earlier
     timestamp, exactly, since Kafka timestamps need not rise with offsets.
     """
-    spans, next_offset = _scan(data, from_offset, until_offset)
-    columns = _decode_spans(data, spans)
-    offsets = columns["offset"]
-    lo = bisect.bisect_left(offsets, from_offset)
-    hi = bisect.bisect_left(offsets, until_offset)
-    if lo >= hi:
+    wanted, next_offset = _scan(data, from_offset, until_offset)
+    if not wanted:
         return DecodedRange(None, next_offset)
-    if lo > 0 or hi < len(offsets):
-        columns = {name: column[lo:hi] for name, column in columns.items()}
-    batch = _to_arrow(columns, topic, partition, include_headers)
+    try:
+        batch = _fast_to_arrow(decode_batches(data, wanted, headers_wanted=include_headers), topic, partition)
+        if include_headers:  # the fast path runs only when no record has headers
+            batch = batch.append_column("headers", _headers_array([()] * batch.num_rows))
+    except FastPathDeclined:
+        batch = _to_arrow(_reference_columns(data, wanted), topic, partition, include_headers)
+    batch = _cut(batch, from_offset, until_offset)
     if min_timestamp_ms is not None:
-        batch = batch.filter(
-            pc.greater_equal(batch.column(5), pa.scalar(min_timestamp_ms * US_PER_MS, ARROW_TIMESTAMP))
-        )
-        if batch.num_rows == 0:
-            return DecodedRange(None, next_offset)
-    return DecodedRange(batch, next_offset)
+        cut = pa.scalar(min_timestamp_ms * US_PER_MS, ARROW_TIMESTAMP)
+        batch = batch.filter(pc.greater_equal(batch.column(TIMESTAMP_COLUMN), cut))
+    return DecodedRange(batch if batch.num_rows else None, next_offset)
 
 
-def _scan(data: bytes, from_offset: int, until_offset: int) -> tuple[list[_Span], int]:
-    """Walk batch headers: group adjacent data batches that overlap the range; find next_offset."""
-    spans: list[_Span] = []
+def _scan(data: bytes, from_offset: int, until_offset: int) -> tuple[list[BatchInfo], int]:
+    """Walk batch headers: the data batches that overlap the range, and where to fetch next."""
+    wanted: list[BatchInfo] = []
     pos, next_offset = 0, from_offset
-    run_start, run_types = -1, []
     while pos + HEADER_SIZE <= len(data):
         header = parse_header(data, pos)
         end = pos + header.size_in_bytes
         if end > len(data) or header.base_offset >= until_offset:
             break
-        wanted = not header.is_control and header.next_offset > from_offset
-        if wanted:
-            if run_start < 0:
-                run_start = pos
-            run_types.append((header.timestamp_type, header.records_count))
-        elif run_start >= 0:
-            spans.append(_Span(run_start, pos, tuple(run_types)))
-            run_start, run_types = -1, []
+        if not header.is_control and header.next_offset > from_offset and header.records_count:
+            wanted.append(
+                BatchInfo(
+                    pos=pos,
+                    end=end,
+                    base_offset=header.base_offset,
+                    base_timestamp=header.base_timestamp,
+                    max_timestamp=header.max_timestamp,
+                    log_append_time=header.timestamp_type == TimestampType.LOG_APPEND_TIME,
+                    records_count=header.records_count,
+                )
+            )
         next_offset = max(next_offset, header.next_offset)
         pos = end
-    if run_start >= 0:
-        spans.append(_Span(run_start, pos, tuple(run_types)))
-    return spans, next_offset
+    return wanted, next_offset
 
 
-def _decode_spans(data: bytes, spans: list[_Span]) -> dict[str, list]:
-    if len(spans) == 1 and spans[0].start == 0 and spans[0].end == len(data):
-        columns = decode_columns(data)  # the common case: no copy of the fetched bytes
-    else:
-        columns = {"offset": [], "timestamp": [], "key": [], "value": [], "headers": []}
-        for span in spans:
-            for name, column in decode_columns(data[span.start : span.end]).items():
-                columns[name].extend(column)
-    columns["timestampType"] = [
-        t for span in spans for t, count in span.timestamp_types for _ in range(count)
+def _cut(batch: pa.RecordBatch, from_offset: int, until_offset: int) -> pa.RecordBatch:
+    """Keep offsets in [from, until): offsets rise, so it is one slice."""
+    offsets = batch.column(OFFSET_COLUMN)
+    lo = pc.sum(pc.cast(pc.less(offsets, i64(from_offset)), pa.int64())).as_py() or 0
+    hi = pc.sum(pc.cast(pc.less(offsets, i64(until_offset)), pa.int64())).as_py() or 0
+    return batch if (lo, hi) == (0, batch.num_rows) else batch.slice(lo, hi - lo)
+
+
+def _fast_to_arrow(columns: Columns, topic: str, partition: int) -> pa.RecordBatch:
+    n = len(columns.offset)
+    arrays = [
+        columns.key,
+        columns.value,
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        columns.offset,
+        pc.multiply(columns.timestamp_ms, i64(US_PER_MS)).cast(ARROW_TIMESTAMP),
+        columns.timestamp_type,
     ]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(False))
+
+
+def _reference_columns(data: bytes, wanted: list[BatchInfo]) -> dict[str, list]:
+    """storage.record_batch's decoder, batch by batch: the path for headers and damaged data."""
+    columns: dict[str, list] = {"offset": [], "timestamp": [], "key": [], "value": [], "headers": []}
+    types: list[int] = []
+    for info in wanted:
+        decoded = decode_columns(data[info.pos : info.end])
+        for name, column in columns.items():
+            column.extend(decoded[name])
+        types += [int(info.log_append_time)] * len(decoded["offset"])
+    columns["timestampType"] = types
     return columns
 
 
