@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "controller": "pykraft.cli_admin",
     "topics": "pykraft.cli_admin",
     "quorum": "pykraft.cli_admin",
+    "cluster": "pykraft.cli_cluster",
 }
 
 
