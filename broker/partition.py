@@ -169,6 +169,13 @@ class Partition:
         self._remote: dict[int, RemoteReplicaState] = {}
         self._high_watermark_floor = (NO_EPOCH, 0)  # (epoch, lowest legal HW in it) for invariants()
 
+    def update_config(self, *, replica_lag_time_max_ms: int, min_insync_replicas: int) -> None:
+        """A topic or broker config changed (ConfigRecord): applies to the next check."""
+        assert replica_lag_time_max_ms > 0, f"replica_lag_time_max_ms={replica_lag_time_max_ms}"
+        assert min_insync_replicas >= 1, f"min_insync_replicas={min_insync_replicas}"
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
+
     # ---- transitions driven by the metadata log ------------------------------------------------
 
     def become_leader(

@@ -330,3 +330,12 @@ def test_become_follower_hw_not_below_log_start() -> None:
     p.become_follower(LEADER, 3, 7, REPLICAS, REPLICAS, 10, 0, log_start_offset=6)
     assert p.high_watermark == 6
     p.invariants()
+
+
+def test_update_config_changes_min_insync_replicas() -> None:
+    """min.insync.replicas is a topic config: a ConfigRecord changes acks=all admission at once."""
+    p = leader(isr=(LEADER, F1), min_isr=2)
+    assert p.check_append(ACKS_ALL) is None
+    p.update_config(replica_lag_time_max_ms=LAG_MS, min_insync_replicas=3)
+    error = p.check_append(ACKS_ALL)
+    assert error is not None and error.code == ErrorCode.NOT_ENOUGH_REPLICAS
