@@ -493,7 +493,10 @@ class Log:
             self._bases.pop()
         self.active_segment.truncate_to(offset)
         leo = self.log_end_offset
-        self._log_start_offset = min(self._log_start_offset, leo)
+        if leo < self._log_start_offset:
+            # The removed batch straddled the log start: nothing readable is left below it.
+            self.truncate_fully_and_start_at(self._log_start_offset)
+            return True
         self._high_watermark = min(self._high_watermark, leo)
         self._recovery_point = min(self._recovery_point, leo)
         self._leader_epoch_cache.truncate_from_end(leo)

@@ -231,6 +231,16 @@ def test_truncate_below_log_start_truncates_fully(open_log) -> None:
     assert (log.log_start_offset, log.log_end_offset, log.segment_base_offsets) == (4, 4, (4,))
 
 
+def test_truncate_inside_the_batch_holding_the_log_start(open_log) -> None:
+    """Cutting the batch that straddles the log start leaves nothing readable: restart empty there."""
+    log = filled(open_log)
+    log.maybe_increment_log_start_offset(7)
+    assert log.truncate_to(8)
+    state = (log.log_start_offset, log.log_end_offset, log.segment_base_offsets, log.high_watermark)
+    assert state == (7, 7, (7,), 7)
+    log.invariants()
+
+
 def test_truncate_fully_and_start_at(open_log) -> None:
     """A follower far behind its leader's log start: drop everything, restart empty at the offset."""
     log = filled(open_log, config=LogConfig(segment_bytes=ONE * 2))
