@@ -28,10 +28,12 @@ from pathlib import Path
 
 from proto import errors
 from storage import log_loader, log_validator
+from storage.batch_header import BatchHeader, CorruptRecordError
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.index import NO_TIMESTAMP
 from storage.log_validator import UnexpectedAppendOffsetError
+from storage.record_batch import decode_batch
 from storage.segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment
 
 __all__ = [
@@ -315,10 +317,11 @@ class Log:
         return None
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """The first batch whose max timestamp is >= ``timestamp``: (its max timestamp, its offset).
+        """ListOffsets: the earliest record at/after the log start with a timestamp >= ``timestamp``.
 
-        The offset is the batch's base offset (never the log start or earlier): the broker does not
-        decode records, so a consumer may see a few records of that batch older than ``timestamp``.
+        The indexes find the first batch whose max timestamp reaches ``timestamp`` with header reads
+        only; that one batch is then decoded (a rare request, so per-record work is fine here) to
+        find the exact record, as Kafka does. None when no record is that recent.
         EARLIEST_TIMESTAMP gives the log start offset, LATEST_TIMESTAMP the log end offset.
         """
         if timestamp == EARLIEST_TIMESTAMP:
@@ -331,10 +334,27 @@ class Log:
                 f"or LATEST ({LATEST_TIMESTAMP})"
             )
         for segment in self._segments:
-            if segment.max_timestamp >= timestamp and segment.next_offset > self._log_start_offset:
-                found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+            if segment.max_timestamp < timestamp or segment.next_offset <= self._log_start_offset:
+                continue
+            for position, header in segment.batches_reaching(timestamp, self._log_start_offset):
+                found = self._first_record_reaching(segment, position, header, timestamp)
                 if found is not None:
-                    return TimestampAndOffset(*found)
+                    return found
+        return None
+
+    def _first_record_reaching(
+        self, segment: LogSegment, position: int, header: BatchHeader, timestamp: int
+    ) -> TimestampAndOffset | None:
+        data = segment.read(position, position + header.size_in_bytes)
+        try:
+            records = decode_batch(data).records
+        except CorruptRecordError as exc:
+            raise errors.KafkaStorageError(
+                f"{self.name}: batch at offset {header.base_offset} is corrupt on disk: {exc.reason}"
+            ) from None
+        for record in records:
+            if record.timestamp >= timestamp and record.offset >= self._log_start_offset:
+                return TimestampAndOffset(record.timestamp, record.offset)
         return None
 
     # ------------------------------------------------------------------------------ roll and flush

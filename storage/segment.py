@@ -258,16 +258,16 @@ class LogSegment:
                 return cursor
             cursor += size
 
-    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
-        """(max timestamp, offset) of the first batch at/after ``start_offset`` reaching ``timestamp``."""
+    def batches_reaching(self, timestamp: int, start_offset: int):
+        """(position, header) of each batch at/after ``start_offset`` whose max timestamp >= ``timestamp``,
+        in offset order, starting near the first candidate through the time and offset indexes."""
         offset = max(self.time_index.lookup(timestamp), start_offset)
         found = self.translate_offset(offset)
         if found is None:
-            return None
-        for _, header in self._headers_from(found[0], self.size_bytes):
+            return
+        for position, header in self._headers_from(found[0], self.size_bytes):
             if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
-                return header.max_timestamp, max(header.base_offset, start_offset)
-        return None
+                yield position, header
 
     # --------------------------------------------------------------------------------------- recovery
 

@@ -247,11 +247,12 @@ def test_read_negative_max_bytes_is_invalid(open_log) -> None:
 
 
 TIMESTAMPS = [
-    pytest.param(0, TimestampAndOffset(1_002, 0), id="before-everything"),
-    pytest.param(1_002, TimestampAndOffset(1_002, 0), id="exact-first-batch-max"),
-    pytest.param(1_003, TimestampAndOffset(1_012, 3), id="between-batches"),
-    pytest.param(1_031, TimestampAndOffset(1_032, 9), id="inside-batch-4"),
-    pytest.param(1_042, TimestampAndOffset(1_042, 12), id="last-batch"),
+    # batch i holds offsets 3i..3i+2 with timestamps 1_000 + 10 i + (0, 1, 2)
+    pytest.param(0, TimestampAndOffset(1_000, 0), id="before-everything"),
+    pytest.param(1_002, TimestampAndOffset(1_002, 2), id="exact-last-record-of-batch"),
+    pytest.param(1_003, TimestampAndOffset(1_010, 3), id="between-batches"),
+    pytest.param(1_031, TimestampAndOffset(1_031, 10), id="inside-batch"),
+    pytest.param(1_042, TimestampAndOffset(1_042, 14), id="last-record"),
     pytest.param(1_043, None, id="after-everything"),
     pytest.param(EARLIEST_TIMESTAMP, TimestampAndOffset(-1, 0), id="earliest"),
     pytest.param(LATEST_TIMESTAMP, TimestampAndOffset(-1, 15), id="latest"),
@@ -260,7 +261,7 @@ TIMESTAMPS = [
 
 @pytest.mark.parametrize(("timestamp", "expected"), TIMESTAMPS)
 def test_offset_for_timestamp(open_log, timestamp: int, expected) -> None:
-    """ListOffsets: the first batch whose max timestamp >= the target (batch granularity)."""
+    """ListOffsets: the earliest record whose timestamp >= the target (indexes, then one batch decoded)."""
     one = len(make_batch(3))
     log = filled(open_log, config=LogConfig(segment_bytes=one * 2, index_interval_bytes=1))
     assert log.offset_for_timestamp(timestamp) == expected
@@ -269,7 +270,7 @@ def test_offset_for_timestamp(open_log, timestamp: int, expected) -> None:
 def test_offset_for_timestamp_respects_log_start(open_log) -> None:
     log = filled(open_log)
     log.maybe_increment_log_start_offset(7)
-    assert log.offset_for_timestamp(0) == TimestampAndOffset(1_022, 7)
+    assert log.offset_for_timestamp(0) == TimestampAndOffset(1_021, 7)
 
 
 def test_offset_for_bad_timestamp(open_log) -> None:

@@ -110,11 +110,13 @@ def test_truncate_to(segment: LogSegment) -> None:
     segment.invariants()
 
 
-def test_find_offset_by_timestamp(segment: LogSegment) -> None:
+def test_batches_reaching_a_timestamp(segment: LogSegment) -> None:
+    """Candidates for ListOffsets: batches at/after the start offset whose max timestamp reaches it."""
     segment.on_become_inactive()
-    assert segment.find_offset_by_timestamp(1_013, start_offset=0) == (1_022, 106)
-    assert segment.find_offset_by_timestamp(1_000, start_offset=107) == (1_022, 107)
-    assert segment.find_offset_by_timestamp(2_000, start_offset=0) is None
+    bases = [header.base_offset for _, header in segment.batches_reaching(1_013, start_offset=0)]
+    assert bases == [106, 109, 112, 115]
+    assert [h.base_offset for _, h in segment.batches_reaching(1_000, start_offset=108)][:1] == [106]
+    assert list(segment.batches_reaching(2_000, start_offset=0)) == []
 
 
 def test_reopen_loads_indexes_and_finds_the_end(segment: LogSegment, tmp_path: Path) -> None:
