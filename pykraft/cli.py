@@ -17,6 +17,8 @@ COMMANDS: dict[str, str] = {
     "controller": "pykraft.cli_admin",
     "topics": "pykraft.cli_admin",
     "quorum": "pykraft.cli_admin",
+    "produce": "pykraft.cli_client",
+    "consume": "pykraft.cli_client",
     "cluster": "pykraft.cli_cluster",
 }
 
