@@ -24,6 +24,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from proto import errors
 from storage.batch_header import (
@@ -51,9 +52,12 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-@dataclass(frozen=True, slots=True)
-class AppendedBatch:
-    """What a segment needs to know about one batch it appends (offsets already assigned)."""
+class AppendedBatch(NamedTuple):
+    """What a segment needs to know about one batch it appends (offsets already assigned).
+
+    A NamedTuple rather than a frozen dataclass: just as immutable, but built in C — one is made per
+    appended batch on the hot path, where a frozen dataclass's ``__init__`` costs a few microseconds.
+    """
 
     position_in_buffer: int
     size_bytes: int
