@@ -103,7 +103,7 @@ class LogSegment:
 
     @classmethod
     def open(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
-        """An existing segment, trusting its data; call ``needs_index_rebuild`` then maybe ``recover``."""
+        """An existing segment; then ``load_indexes()``, or ``recover()`` when that returns False."""
         segment = cls(directory, base_offset, index_interval_bytes, now_ms)
         segment.size_bytes = os.fstat(segment._fd).st_size
         return segment
