@@ -1,0 +1,150 @@
+"""Broker settings, with Kafka's names, and the ``pykraft broker`` command-line flags.
+
+    pykraft broker --node-id 101 --listen 127.0.0.1:9092 --controllers 127.0.0.1:9093,... \\
+        --data-dir DIR [--rack R] [--override replica.lag.time.max.ms=1500] ...
+
+``--override KEY=VALUE`` takes Kafka's broker config names (``BROKER_OVERRIDES``) plus the broker
+defaults of topic configs (``min.insync.replicas``, ``max.message.bytes``, ...: used when the topic has
+no override). The local launcher passes the same overrides to every process, so keys that belong to
+the controllers (``metadata.server.OVERRIDES``, listed in ``CONTROLLER_KEYS``) are accepted and ignored;
+any other key is refused with a message naming it (``BrokerConfigError``).
+
+This module is light (argparse and dataclasses only) so that ``pykraft --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+# Kafka config name -> (BrokerSettings field, minimum)
+BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", 1),
+    "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", 1),
+    "replica.fetch.max.wait.ms": ("replica_fetch_max_wait_ms", 0),
+    "replica.fetch.min.bytes": ("replica_fetch_min_bytes", 1),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", 1),
+    "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", 1),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", 0),
+    "request.timeout.ms": ("request_timeout_ms", 1),
+    "replica.high.watermark.checkpoint.interval.ms": ("high_watermark_checkpoint_interval_ms", 1),
+    "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", 1),
+}
+# Broker-wide defaults of topic configs (a topic's own setting wins).
+TOPIC_DEFAULT_KEYS = frozenset(
+    {
+        "min.insync.replicas",
+        "max.message.bytes",
+        "segment.bytes",
+        "segment.ms",
+        "retention.ms",
+        "retention.bytes",
+        "flush.messages",
+        "flush.ms",
+        "message.timestamp.type",
+        "index.interval.bytes",
+    }
+)
+# Settings of the controller processes (metadata.server.OVERRIDES), passed to every node by the
+# launcher: ignored here. Kept as names so that this module needs no import of the controller.
+CONTROLLER_KEYS = frozenset(
+    {
+        "broker.session.timeout.ms",
+        "num.partitions",
+        "default.replication.factor",
+        "controller.quorum.election.timeout.ms",
+        "controller.quorum.heartbeat.interval.ms",
+        "metadata.snapshot.every.entries",
+    }
+)
+
+
+class BrokerConfigError(ValueError):
+    """A bad ``--override`` or flag; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    replica_lag_time_max_ms: int = 30_000
+    broker_heartbeat_interval_ms: int = 2_000
+    replica_fetch_max_wait_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_backoff_ms: int = 100
+    request_timeout_ms: int = 30_000
+    high_watermark_checkpoint_interval_ms: int = 5_000
+    controlled_shutdown_timeout_ms: int = 30_000
+    # Broker defaults of topic configs, as strings (Kafka's names), e.g. {"min.insync.replicas": "2"}.
+    topic_defaults: tuple[tuple[str, str], ...] = ()
+
+    def topic_default(self, name: str) -> str | None:
+        return dict(self.topic_defaults).get(name)
+
+
+def parse_overrides(items: list[str], base: BrokerSettings | None = None) -> BrokerSettings:
+    """``KEY=VALUE`` items -> settings; unknown keys (not controller keys either) are refused."""
+    values: dict[str, object] = {}
+    topic_defaults = dict((base or BrokerSettings()).topic_defaults)
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise BrokerConfigError(
+                f"--override {item!r}: expected KEY=VALUE, e.g. replica.lag.time.max.ms=10000"
+            )
+        if key in CONTROLLER_KEYS:
+            continue
+        if key in TOPIC_DEFAULT_KEYS:
+            topic_defaults[key] = value.strip()
+            continue
+        if key not in BROKER_OVERRIDES:
+            known = sorted({*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS})
+            raise BrokerConfigError(f"--override {key}: unknown broker setting; known: {', '.join(known)}")
+        field, minimum = BROKER_OVERRIDES[key]
+        text = value.strip()
+        if not text.lstrip("-").isdigit() or int(text) < minimum:
+            raise BrokerConfigError(f"--override {key}={value}: must be an integer >= {minimum}")
+        values[field] = int(text)
+    values["topic_defaults"] = tuple(sorted(topic_defaults.items()))
+    return dataclasses.replace(base or BrokerSettings(), **values)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    node_id: int
+    host: str
+    port: int
+    controllers: tuple[str, ...]
+    data_dir: Path
+    rack: str
+    settings: BrokerSettings
+
+    @property
+    def listen(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-id", type=int, required=True, help="this broker's id (e.g. 101)")
+    parser.add_argument("--listen", required=True, help="host:port to serve BrokerService/ReplicaService on")
+    parser.add_argument("--controllers", required=True, help="host:port[,host:port...] of any controllers")
+    parser.add_argument("--data-dir", type=Path, required=True, help="directory of the partition logs")
+    parser.add_argument("--rack", default="", help="rack id for replica placement")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--log-level", default="WARNING")
+
+
+def config_from(args: argparse.Namespace) -> BrokerConfig:
+    if args.node_id < 0:
+        raise BrokerConfigError(f"--node-id {args.node_id}: must be >= 0")
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BrokerConfigError(f"--listen {args.listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9092")
+    controllers = tuple(a.strip() for a in args.controllers.split(",") if a.strip())
+    if not controllers or any(":" not in a for a in controllers):
+        raise BrokerConfigError(f"--controllers {args.controllers!r}: expected HOST:PORT[,HOST:PORT...]")
+    settings = parse_overrides(args.override)
+    return BrokerConfig(args.node_id, host, int(port), controllers, args.data_dir, args.rack, settings)
