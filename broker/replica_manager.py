@@ -1,7 +1,17 @@
-"""Design notes for the replica manager: how the broker wires its cores to the log and the network.
+"""The replica manager: the broker's partitions — their logs, replication state and delayed operations.
 
-Not written yet; this docstring is the plan the implementation follows. Each step names the core
-call that decides and the driver call that acts, so the order of effects is fixed here once.
+It wires the sans-I/O cores to the partition logs: ``storage.log.Log`` holds the bytes,
+``broker.partition.Partition`` decides (HW, ISR, epochs), the purgatories park acks=all produces and
+long-poll fetches. It is synchronous and single-threaded: the broker's asyncio loop calls it from the
+gRPC handlers (``broker.broker_service``, ``broker.replica_service``), the fetcher tasks
+(``broker.fetcher_driver``) and the metadata follower (``broker.server``). What needs the network goes
+out through two callbacks: ``FetcherControl`` (start / stop following a partition on a leader) and
+``send_alter_partition(topic_id, proposal)``; parked operations are answered through the callback
+given when they were parked; ``on_deadline`` asks the driver for a wake-up at the earliest purgatory
+deadline (the only timer: there is no polling loop).
+
+The plan below fixes the order of effects; each step names the core call that decides and the
+driver call that acts.
 
 Objects (one broker process)
 ----------------------------
@@ -94,4 +104,744 @@ Every few seconds and at shutdown: ``log.write_checkpoints()`` (HW, log start, r
 HW read back at startup is capped at the LEO by the log; ``become_leader`` keeps the larger of it and
 what the partition knew. Controlled shutdown: ask the controller, wait until no partition is led
 here, stop fetchers, close logs.
+
 """
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from broker.divergence import EpochEndOffset
+from broker.fetcher import (
+    AppendRecords,
+    BackedOff,
+    Fenced,
+    FetchAction,
+    LocalLogView,
+    TruncateFullyAndStartAt,
+    TruncateTo,
+)
+from broker.partition import (
+    ACKS_ALL,
+    NO_EPOCH,
+    NO_LEADER,
+    AlterPartitionProposal,
+    Partition,
+    PartitionError,
+    ProduceCheck,
+    Role,
+)
+from broker.purgatory import (
+    CompletedFetch,
+    CompletedProduce,
+    FetchPurgatory,
+    FetchReadiness,
+    ProduceOutcome,
+    ProducePurgatory,
+    ProduceWait,
+    TopicPartition,
+)
+from metadata.image import MetadataImage, PartitionRegistration
+from proto import errors
+from proto.errors import ErrorCode
+from storage.batch_header import HEADER_SIZE
+from storage.config import LogConfig
+from storage.index import NO_TIMESTAMP
+from storage.log import Log
+from storage.record_batch import MIN_RECORD_BYTES
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]  # (topic name, partition)
+NO_OFFSET = -1
+UNLIMITED_FROM = 2**62  # Kafka's Long.MAX_VALUE defaults of flush.* mean "never" (None in LogConfig)
+LOG_CONFIG_KEYS = tuple(f.replace("_", ".") for f in LogConfig.__dataclass_fields__)
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+
+
+class FetcherControl(Protocol):
+    """The follower side: start or stop fetching a partition from its leader (broker.fetcher_driver)."""
+
+    def add_partition(
+        self, leader_id: int, tp: TP, fetch_offset: int, last_fetched_epoch: int | None, leader_epoch: int
+    ) -> None: ...
+
+    def remove_partition(self, tp: TP) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    code: ErrorCode
+    message: str = ""
+    base_offset: int = NO_OFFSET
+    log_append_time_ms: int = NO_TIMESTAMP
+    log_start_offset: int = NO_OFFSET
+    leader_id: int = NO_LEADER
+    leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequestPartition:
+    tp: TP
+    records: bytes
+    current_leader_epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequestPartition:
+    tp: TP
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int | None
+    last_fetched_epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One partition of a fetch answer (consumer or follower)."""
+
+    code: ErrorCode
+    message: str = ""
+    high_watermark: int = NO_OFFSET
+    log_start_offset: int = NO_OFFSET
+    log_end_offset: int = NO_OFFSET
+    diverging_epoch: EpochEndOffset | None = None
+    records: bytes = b""
+    leader_id: int = NO_LEADER
+    leader_epoch: int = NO_EPOCH
+
+    @property
+    def answers_now(self) -> bool:
+        """An error or a diverging epoch: the fetch must be answered without waiting."""
+        return self.code != ErrorCode.NONE or self.diverging_epoch is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetResult:
+    code: ErrorCode
+    message: str = ""
+    offset: int = NO_OFFSET
+    timestamp_ms: int = NO_TIMESTAMP
+    leader_epoch: int = NO_EPOCH
+
+
+ProduceCallback = Callable[[dict[TP, ProduceResult]], None]
+FetchCallback = Callable[[dict[TP, FetchResult]], None]
+
+
+def _available_bytes(fetch_offset: int, end_offset: int) -> int:
+    """A lower bound of the bytes readable in [fetch_offset, end_offset) without touching the files:
+    at least one batch header and the smallest record per offset."""
+    records = end_offset - fetch_offset
+    return HEADER_SIZE + records * MIN_RECORD_BYTES if records > 0 else 0
+
+
+class ReplicaManager:
+    """The partitions hosted on broker ``broker_id`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        data_dir: Path,
+        *,
+        replica_lag_time_max_ms: int,
+        topic_defaults: dict[str, str],
+        fetchers: FetcherControl,
+        send_alter_partition: Callable[[str, AlterPartitionProposal], None],
+        on_deadline: Callable[[int], None],
+    ) -> None:
+        self.broker_id = broker_id
+        self.data_dir = Path(data_dir)
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.topic_defaults = dict(topic_defaults)
+        self.fetchers = fetchers
+        self.send_alter_partition = send_alter_partition
+        self.on_deadline = on_deadline
+        self.image = MetadataImage()
+        self.logs: dict[TP, Log] = {}
+        self.partitions: dict[TP, Partition] = {}
+        self.topic_ids: dict[str, str] = {}  # topic name -> id, for the hosted partitions
+        self._applied: dict[TP, PartitionRegistration] = {}
+        self.produces = ProducePurgatory()
+        self.follower_fetches = FetchPurgatory()
+        self.consumer_fetches = FetchPurgatory()
+        self._produce_waiters: dict[int, tuple[ProduceCallback, dict[TP, ProduceResult]]] = {}
+        self._fetch_waiters: dict[int, tuple[Callable[[], None], FetchPurgatory]] = {}
+        self._next_operation_id = 1
+
+    # ---- metadata delta -> role changes --------------------------------------------------------
+
+    def apply_image(self, image: MetadataImage, now_ms: int, config_changed: bool = False) -> None:
+        """Bring every hosted partition in line with ``image`` (Kafka's ``ReplicaManager.applyDelta``)."""
+        self.image = image
+        hosted: dict[TP, tuple[str, PartitionRegistration]] = {}
+        for topic_id, index in image.partitions_hosted_by(self.broker_id):
+            topic = image.topics[topic_id]
+            hosted[(topic.name, index)] = (topic_id, topic.partitions[index])
+        for tp in [
+            tp for tp in self._applied if tp not in hosted or hosted[tp][0] != self.topic_ids.get(tp[0])
+        ]:
+            deleted = image.topic_by_name(tp[0]) is None or tp not in hosted
+            self._stop_replica(tp, delete=deleted)
+        for tp, (topic_id, reg) in sorted(hosted.items()):
+            if self._applied.get(tp) == reg and not config_changed:
+                continue
+            self.topic_ids[tp[0]] = topic_id
+            self._apply_partition(tp, reg, now_ms)
+            self._applied[tp] = reg
+
+    def _apply_partition(self, tp: TP, reg: PartitionRegistration, now_ms: int) -> None:
+        partition, plog = self._open(tp)
+        partition.min_insync_replicas = self._min_insync_replicas(tp[0])
+        if reg.leader == self.broker_id:
+            self._become_leader(tp, partition, plog, reg, now_ms)
+        else:
+            self._become_follower(tp, partition, plog, reg)
+        plog.update_high_watermark(partition.high_watermark)
+
+    def _become_leader(
+        self, tp: TP, partition: Partition, plog: Log, reg: PartitionRegistration, now_ms: int
+    ) -> None:
+        if partition.role is not Role.LEADER or reg.leader_epoch > partition.leader_epoch:
+            plog.maybe_assign_epoch_start_offset(reg.leader_epoch)  # before any append (makeLeader)
+        is_new = partition.become_leader(
+            reg.leader_epoch, reg.partition_epoch, reg.isr, reg.replicas,
+            plog.log_end_offset, plog.high_watermark, now_ms, plog.log_start_offset,
+        )  # fmt: skip
+        if is_new:
+            self.fetchers.remove_partition(tp)
+            log.info("%s-%d: leader in epoch %d, ISR %s", *tp, reg.leader_epoch, list(reg.isr))
+            self._partition_changed(tp)
+        if partition.maybe_increment_high_watermark() is not None:
+            self._high_watermark_moved(tp)
+
+    def _become_follower(self, tp: TP, partition: Partition, plog: Log, reg: PartitionRegistration) -> None:
+        is_new = partition.become_follower(
+            reg.leader, reg.leader_epoch, reg.partition_epoch, reg.isr, reg.replicas,
+            plog.log_end_offset, plog.high_watermark, plog.log_start_offset,
+        )  # fmt: skip
+        if not is_new:
+            return
+        log.info("%s-%d: follower of %d in epoch %d", *tp, reg.leader, reg.leader_epoch)
+        self._partition_changed(tp)
+        self.fetchers.remove_partition(tp)
+        if reg.leader != NO_LEADER:  # no truncation here: the leader's diverging epoch decides (KIP-101)
+            self.fetchers.add_partition(
+                reg.leader, tp, plog.log_end_offset, plog.latest_epoch, reg.leader_epoch
+            )
+
+    def _stop_replica(self, tp: TP, delete: bool) -> None:
+        partition = self.partitions.pop(tp, None)
+        plog = self.logs.pop(tp, None)
+        self._applied.pop(tp, None)
+        self.fetchers.remove_partition(tp)
+        if partition is not None:
+            partition.stop()
+        self._partition_changed(tp)
+        if plog is not None:
+            plog.close()
+            if delete:
+                shutil.rmtree(plog.directory, ignore_errors=True)
+        log.info("%s-%d: replica stopped%s", *tp, " and deleted" if delete else "")
+
+    def _open(self, tp: TP) -> tuple[Partition, Log]:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            plog = Log(self.data_dir / f"{tp[0]}-{tp[1]}", self._log_config(tp[0]))
+            partition = Partition(
+                tp[0], tp[1], self.broker_id,
+                replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                min_insync_replicas=self._min_insync_replicas(tp[0]),
+            )  # fmt: skip
+            self.partitions[tp], self.logs[tp] = partition, plog
+        return partition, self.logs[tp]
+
+    def _topic_config(self, topic: str, name: str) -> str | None:
+        overrides = self.image.topic_overrides(topic)
+        if name in overrides:
+            return overrides[name]
+        return self.image.cluster_defaults().get(name, self.topic_defaults.get(name))
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        value = self._topic_config(topic, MIN_INSYNC_REPLICAS)
+        try:
+            return max(1, int(value)) if value is not None else 1
+        except ValueError:
+            log.warning("topic %s: min.insync.replicas=%r is not an integer; using 1", topic, value)
+            return 1
+
+    def _log_config(self, topic: str) -> LogConfig:
+        properties: dict[str, object] = {}
+        for key in LOG_CONFIG_KEYS:
+            value = self._topic_config(topic, key)
+            if value is None:
+                continue
+            if key.startswith("flush.") and value.strip().isdigit() and int(value) >= UNLIMITED_FROM:
+                continue
+            properties[key] = value
+        try:
+            return LogConfig.from_properties(properties)
+        except errors.KafkaError as exc:
+            log.warning("topic %s: bad log config (%s); using the defaults", topic, exc)
+            return LogConfig()
+
+    # ---- events that complete delayed operations ------------------------------------------------
+
+    def _high_watermark_moved(self, tp: TP) -> None:
+        """The leader's HW moved: persist it in memory, answer acks=all produces and consumer fetches."""
+        self.logs[tp].update_high_watermark(self.partitions[tp].high_watermark)
+        key = TopicPartition(*tp)
+        self._complete_produces(self.produces.check_and_complete(key, self._produce_check))
+        self._complete_fetches(self.consumer_fetches.check_and_complete(key, self._consumer_readiness))
+
+    def _partition_changed(self, tp: TP) -> None:
+        """Leadership changed or the replica stopped: every delayed operation on ``tp`` answers now."""
+        key = TopicPartition(*tp)
+        self._complete_produces(self.produces.check_and_complete(key, self._produce_check))
+        for purgatory in (self.consumer_fetches, self.follower_fetches):
+            self._complete_fetches(purgatory.check_and_complete(key, _complete_now))
+
+    def _produce_check(self, key: TopicPartition, required_offset: int, leader_epoch: int) -> ProduceCheck:
+        partition = self.partitions.get((key.topic, key.partition))
+        if partition is None:
+            return ProduceCheck(True, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{key}: no longer hosted here")
+        return partition.check_enough_replicas_reach_offset(required_offset, leader_epoch)
+
+    def _consumer_readiness(self, key: TopicPartition, fetch_offset: int) -> FetchReadiness:
+        partition = self.partitions.get((key.topic, key.partition))
+        if partition is None or partition.role is not Role.LEADER:
+            return FetchReadiness(0, complete_now=True)
+        return FetchReadiness(_available_bytes(fetch_offset, partition.high_watermark))
+
+    def _follower_readiness(self, key: TopicPartition, fetch_offset: int) -> FetchReadiness:
+        partition = self.partitions.get((key.topic, key.partition))
+        if partition is None or partition.role is not Role.LEADER:
+            return FetchReadiness(0, complete_now=True)
+        return FetchReadiness(_available_bytes(fetch_offset, partition.log_end_offset))
+
+    def _complete_produces(self, completed: Iterable[CompletedProduce]) -> None:
+        for done in completed:
+            callback, results = self._produce_waiters.pop(done.operation_id)
+            for key, outcome in done.outcomes.items():
+                tp = (key.topic, key.partition)
+                early = results.get(tp)
+                results[tp] = ProduceResult(
+                    outcome.code, outcome.message,
+                    early.base_offset if early and outcome.code == ErrorCode.NONE else NO_OFFSET,
+                    early.log_append_time_ms if early else NO_TIMESTAMP,
+                    early.log_start_offset if early else NO_OFFSET,
+                    *self._leader_of(tp),
+                )  # fmt: skip
+            callback(results)
+
+    def _complete_fetches(self, completed: Iterable[CompletedFetch]) -> None:
+        for done in completed:
+            answer, _ = self._fetch_waiters.pop(done.operation_id)
+            answer()
+
+    def _new_operation_id(self) -> int:
+        self._next_operation_id += 1
+        return self._next_operation_id
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [
+            d
+            for d in (
+                p.next_deadline_ms() for p in (self.produces, self.follower_fetches, self.consumer_fetches)
+            )
+            if d is not None
+        ]
+        return min(deadlines) if deadlines else None
+
+    def expire(self, now_ms: int) -> None:
+        """Answer the delayed operations whose deadline passed (REQUEST_TIMED_OUT / what is there)."""
+        self._complete_produces(self.produces.expire(now_ms))
+        self._complete_fetches(self.follower_fetches.expire(now_ms))
+        self._complete_fetches(self.consumer_fetches.expire(now_ms))
+
+    def _leader_of(self, tp: TP) -> tuple[int, int]:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return NO_LEADER, NO_EPOCH
+        return partition.leader_id, partition.leader_epoch
+
+    # ---- produce ------------------------------------------------------------------------------
+
+    def produce(
+        self,
+        acks: int,
+        timeout_ms: int,
+        items: list[ProduceRequestPartition],
+        now_ms: int,
+        callback: ProduceCallback,
+    ) -> None:
+        """Validate and append each partition (all or nothing per partition), then answer ``callback``
+        now (acks 0/1, or nothing to wait for) or when the HW passes every appended batch (acks=all)."""
+        results: dict[TP, ProduceResult] = {}
+        waits: dict[TopicPartition, ProduceWait] = {}
+        for item in items:
+            result, wait = self._append(item, acks)
+            results[item.tp] = result
+            if wait is not None:
+                waits[TopicPartition(*item.tp)] = wait
+        if acks != ACKS_ALL or not waits:
+            callback(results)
+            return
+        operation_id = self._new_operation_id()
+        already_done = {
+            TopicPartition(*tp): ProduceOutcome(r.code, r.message) for tp, r in results.items() if r.code != 0
+        }
+        self._produce_waiters[operation_id] = (callback, results)
+        done = self.produces.try_complete_else_watch(
+            operation_id, now_ms + timeout_ms, waits, self._produce_check, already_done
+        )
+        if done is not None:
+            self._complete_produces([done])
+        else:
+            self.on_deadline(now_ms + timeout_ms)
+
+    def _append(self, item: ProduceRequestPartition, acks: int) -> tuple[ProduceResult, ProduceWait | None]:
+        tp = item.tp
+        error = self._check_hosted(tp)
+        partition = self.partitions.get(tp)
+        if error is None and partition is not None:
+            error = partition.check_append(acks, item.current_leader_epoch)
+        if error is not None or partition is None:
+            assert error is not None
+            return ProduceResult(error.code, error.message, *self._leader_tail(tp)), None
+        plog = self.logs[tp]
+        try:
+            info = plog.append_as_leader(item.records, partition.leader_epoch)
+        except errors.KafkaError as exc:
+            return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
+        if partition.on_local_append(plog.log_end_offset) is not None:
+            self._high_watermark_moved(tp)
+        self._complete_fetches(
+            self.follower_fetches.check_and_complete(TopicPartition(*tp), self._follower_readiness)
+        )
+        result = ProduceResult(
+            ErrorCode.NONE, "", info.first_offset, info.log_append_time, plog.log_start_offset,
+            partition.leader_id, partition.leader_epoch,
+        )  # fmt: skip
+        return result, ProduceWait(info.last_offset + 1, partition.leader_epoch)
+
+    def _leader_tail(self, tp: TP) -> tuple[int, int, int, int]:
+        """(base offset, log append time, log start offset, leader id, leader epoch) after the message."""
+        plog = self.logs.get(tp)
+        return (NO_OFFSET, NO_TIMESTAMP, plog.log_start_offset if plog else NO_OFFSET, *self._leader_of(tp))
+
+    def _check_hosted(self, tp: TP) -> PartitionError | None:
+        topic = self.image.topic_by_name(tp[0])
+        if topic is None or tp[1] not in topic.partitions:
+            return PartitionError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"{tp[0]}-{tp[1]} does not exist; create the topic first",
+            )
+        if tp not in self.partitions:
+            reg = topic.partitions[tp[1]]
+            return PartitionError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"{tp[0]}-{tp[1]} is not hosted on broker {self.broker_id} (leader {reg.leader}, "
+                f"replicas {list(reg.replicas)}); refresh metadata",
+            )
+        return None
+
+    # ---- consumer fetch and ListOffsets ---------------------------------------------------------
+
+    def fetch_for_consumer(
+        self,
+        items: list[FetchRequestPartition],
+        max_bytes: int,
+        min_bytes: int,
+        max_wait_ms: int,
+        now_ms: int,
+        callback: FetchCallback,
+    ) -> None:
+        """Read ``[fetch_offset, HW)`` per partition; park until ``min_bytes`` or ``max_wait_ms``."""
+
+        def read() -> dict[TP, FetchResult]:
+            budget = [max_bytes]
+            return {item.tp: self._consumer_read(item, budget) for item in items}
+
+        self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.consumer_fetches,
+                    self._consumer_readiness)  # fmt: skip
+
+    def _fetch(self, items, min_bytes, max_wait_ms, now_ms, callback, read, purgatory, readiness) -> None:
+        results = read()
+        size = sum(len(r.records) for r in results.values())
+        if max_wait_ms <= 0 or size >= min_bytes or any(r.answers_now for r in results.values()):
+            callback(results)
+            return
+        operation_id = self._new_operation_id()
+        self._fetch_waiters[operation_id] = (lambda: callback(read()), purgatory)
+        offsets = {TopicPartition(*item.tp): item.fetch_offset for item in items}
+        done = purgatory.try_complete_else_watch(
+            operation_id, now_ms + max_wait_ms, min_bytes, offsets, readiness
+        )
+        if done is not None:
+            self._complete_fetches([done])
+        else:
+            self.on_deadline(now_ms + max_wait_ms)
+
+    def _consumer_read(self, item: FetchRequestPartition, budget: list[int]) -> FetchResult:
+        tp = item.tp
+        error = self._check_hosted(tp)
+        if error is not None:
+            return FetchResult(error.code, error.message, leader_id=self._leader_of(tp)[0])
+        partition, plog = self.partitions[tp], self.logs[tp]
+        result = partition.handle_consumer_fetch(
+            item.fetch_offset, item.current_leader_epoch, item.last_fetched_epoch,
+            plog.leader_epoch_cache.entries,
+        )  # fmt: skip
+        base = {
+            "high_watermark": result.high_watermark, "log_start_offset": result.log_start_offset,
+            "log_end_offset": partition.log_end_offset, "leader_id": partition.leader_id,
+            "leader_epoch": partition.leader_epoch,
+        }  # fmt: skip
+        if result.error is not None:
+            return FetchResult(result.error.code, result.error.message, **base)
+        if result.diverging_epoch is not None:
+            return FetchResult(ErrorCode.NONE, diverging_epoch=result.diverging_epoch, **base)
+        records = b""
+        if budget[0] > 0:
+            records = plog.read(
+                item.fetch_offset, min(item.max_bytes, budget[0]), max_offset=result.max_offset
+            )
+            budget[0] -= len(records)
+        return FetchResult(ErrorCode.NONE, records=records, **base)
+
+    def list_offset(
+        self, tp: TP, spec: str, timestamp_ms: int, current_leader_epoch: int | None
+    ) -> ListOffsetResult:
+        """EARLIEST = log start offset, LATEST = HW, TIMESTAMP = the time index (below the HW)."""
+        error = self._check_hosted(tp)
+        partition = self.partitions.get(tp)
+        if error is None and partition is not None:
+            error = partition.check_leader(current_leader_epoch)
+        if error is not None or partition is None:
+            assert error is not None
+            return ListOffsetResult(error.code, error.message)
+        plog = self.logs[tp]
+        if spec == "EARLIEST":
+            offset = plog.log_start_offset
+            return ListOffsetResult(ErrorCode.NONE, offset=offset, leader_epoch=self._epoch_at(plog, offset))
+        if spec == "LATEST":
+            offset = partition.high_watermark
+            return ListOffsetResult(ErrorCode.NONE, offset=offset, leader_epoch=self._epoch_at(plog, offset))
+        if timestamp_ms < 0:
+            return ListOffsetResult(ErrorCode.INVALID_REQUEST, f"timestamp_ms {timestamp_ms} must be >= 0")
+        found = plog.offset_for_timestamp(timestamp_ms)
+        if found is None or found.offset >= partition.high_watermark:
+            return ListOffsetResult(ErrorCode.NONE)  # Kafka's answer: offset -1, timestamp -1
+        return ListOffsetResult(
+            ErrorCode.NONE, offset=found.offset, timestamp_ms=found.timestamp,
+            leader_epoch=self._epoch_at(plog, found.offset),
+        )  # fmt: skip
+
+    @staticmethod
+    def _epoch_at(plog: Log, offset: int) -> int:
+        epoch = plog.leader_epoch_cache.epoch_for_offset(offset)
+        return NO_EPOCH if epoch is None else epoch
+
+    # ---- follower fetch, on the leader -----------------------------------------------------------
+
+    def fetch_for_follower(
+        self,
+        replica_id: int,
+        broker_epoch: int,
+        items: list[FetchRequestPartition],
+        max_bytes: int,
+        min_bytes: int,
+        max_wait_ms: int,
+        now_ms: int,
+        callback: FetchCallback,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        """Record each follower's LEO (HW and ISR follow), answer records up to the LEO or a diverging
+        epoch; park until some partition has ``min_bytes`` or ``max_wait_ms`` passed."""
+        stale = self._stale_broker_epoch(replica_id, broker_epoch)
+
+        def read() -> dict[TP, FetchResult]:
+            budget = [max_bytes]
+            now = clock_ms()
+            if stale is not None:
+                return {item.tp: FetchResult(stale.code, stale.message) for item in items}
+            return {
+                item.tp: self._follower_read(replica_id, broker_epoch, item, budget, now) for item in items
+            }
+
+        self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.follower_fetches,
+                    self._follower_readiness)  # fmt: skip
+
+    def _stale_broker_epoch(self, replica_id: int, broker_epoch: int) -> PartitionError | None:
+        broker = self.image.brokers.get(replica_id)
+        if broker is not None and broker_epoch < broker.broker_epoch:
+            return PartitionError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"broker {replica_id} fetched with broker epoch {broker_epoch}, older than the registered "
+                f"{broker.broker_epoch}: a previous incarnation is still running",
+            )
+        return None
+
+    def _follower_read(
+        self, replica_id: int, broker_epoch: int, item: FetchRequestPartition, budget: list[int], now_ms: int
+    ) -> FetchResult:
+        tp = item.tp
+        error = self._check_hosted(tp)
+        if error is not None:
+            return FetchResult(error.code, error.message, leader_id=self._leader_of(tp)[0])
+        partition, plog = self.partitions[tp], self.logs[tp]
+        result = partition.handle_follower_fetch(
+            replica_id, item.fetch_offset, item.last_fetched_epoch,
+            item.current_leader_epoch if item.current_leader_epoch is not None else partition.leader_epoch,
+            plog.leader_epoch_cache.entries, now_ms, broker_epoch,
+        )  # fmt: skip
+        if result.high_watermark_advanced_from is not None:
+            self._high_watermark_moved(tp)
+        if result.isr_proposal is not None:
+            self.send_alter_partition(self.topic_ids[tp[0]], result.isr_proposal)
+        base = {
+            "high_watermark": partition.high_watermark, "log_start_offset": result.log_start_offset,
+            "log_end_offset": result.log_end_offset, "leader_id": partition.leader_id,
+            "leader_epoch": partition.leader_epoch,
+        }  # fmt: skip
+        if result.error is not None:
+            return FetchResult(result.error.code, result.error.message, **base)
+        if result.diverging_epoch is not None:
+            return FetchResult(ErrorCode.NONE, diverging_epoch=result.diverging_epoch, **base)
+        records = b""
+        if budget[0] > 0:
+            records = plog.read(item.fetch_offset, min(item.max_bytes, budget[0]))
+            budget[0] -= len(records)
+        return FetchResult(ErrorCode.NONE, records=records, **base)
+
+    def offsets_for_leader_epoch(
+        self, tp: TP, current_leader_epoch: int | None, leader_epoch: int
+    ) -> tuple[PartitionError | None, EpochEndOffset]:
+        error = self._check_hosted(tp)
+        if error is not None:
+            return error, EpochEndOffset(NO_EPOCH, NO_OFFSET)
+        return self.partitions[tp].handle_offsets_for_leader_epoch(
+            current_leader_epoch, leader_epoch, self.logs[tp].leader_epoch_cache.entries
+        )
+
+    # ---- ISR ----------------------------------------------------------------------------------
+
+    def maybe_shrink_isr(self, now_ms: int) -> None:
+        """The ISR timer: propose dropping followers that lag more than replica.lag.time.max.ms."""
+        for tp, partition in self.partitions.items():
+            proposal = partition.maybe_shrink_isr(now_ms)
+            if proposal is not None:
+                log.info("%s-%d: proposing ISR %s (lagging: %s)", *tp, list(proposal.new_isr),
+                         partition.out_of_sync_replicas(now_ms))  # fmt: skip
+                self.send_alter_partition(self.topic_ids[tp[0]], proposal)
+
+    def pending_proposal(self, tp: TP) -> AlterPartitionProposal | None:
+        partition = self.partitions.get(tp)
+        return None if partition is None else partition.pending_isr
+
+    def handle_alter_partition_response(
+        self,
+        proposal: AlterPartitionProposal,
+        code: ErrorCode,
+        leader_epoch: int = NO_EPOCH,
+        partition_epoch: int = NO_EPOCH,
+        isr: Iterable[int] = (),
+    ) -> None:
+        tp = (proposal.topic, proposal.partition)
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return
+        old = partition.handle_alter_partition_response(proposal, code, leader_epoch, partition_epoch, isr)
+        if old is not None:
+            self._high_watermark_moved(tp)
+        else:
+            # A shrink that did not move the HW still decides parked acks=all produces (ISR too small).
+            self._complete_produces(
+                self.produces.check_and_complete(TopicPartition(*tp), self._produce_check)
+            )
+
+    # ---- follower side: fetcher actions ----------------------------------------------------------
+
+    def local_view(self, tp: TP) -> LocalLogView:
+        plog, partition = self.logs[tp], self.partitions[tp]
+        return LocalLogView(plog.leader_epoch_cache.entries, plog.log_end_offset, partition.high_watermark)
+
+    def log_position(self, tp: TP) -> tuple[int, int | None] | None:
+        """(log end offset, latest epoch) of a hosted partition, for the fetcher's next request."""
+        plog = self.logs.get(tp)
+        return None if plog is None else (plog.log_end_offset, plog.latest_epoch)
+
+    def apply_fetch_action(self, action: FetchAction) -> None:
+        """Apply one answer of the leader to the local log and replication state (a follower)."""
+        tp = action.topic_partition
+        partition, plog = self.partitions.get(tp), self.logs.get(tp)
+        if partition is None or plog is None or partition.role is not Role.FOLLOWER:
+            return
+        if isinstance(action, AppendRecords):
+            self._append_as_follower(tp, partition, plog, action)
+        elif isinstance(action, TruncateTo):
+            if plog.truncate_to(action.offset):
+                log.info("%s-%d: truncated to %d (%s)", *tp, plog.log_end_offset, action.reason)
+            if plog.log_start_offset != partition.log_start_offset:
+                partition.on_local_truncate_fully(plog.log_start_offset)
+            else:
+                partition.on_local_truncate(plog.log_end_offset)
+        elif isinstance(action, TruncateFullyAndStartAt):
+            log.info("%s-%d: behind the leader's log start; restarting empty at %d", *tp, action.offset)
+            plog.truncate_fully_and_start_at(action.offset)
+            partition.on_local_truncate_fully(action.offset)
+        elif isinstance(action, (Fenced, BackedOff)):
+            log.debug("%s-%d: fetch %s", *tp, action)
+        plog.update_high_watermark(partition.high_watermark)
+
+    def _append_as_follower(self, tp: TP, partition: Partition, plog: Log, action: AppendRecords) -> None:
+        records = action.records
+        if records:
+            plog.append_as_follower(records)  # type: ignore[arg-type]
+            partition.on_local_append(plog.log_end_offset)
+        partition.update_follower_high_watermark(action.leader_high_watermark)
+        plog.update_high_watermark(partition.high_watermark)
+        start = min(action.leader_log_start_offset, partition.high_watermark)
+        if start > plog.log_start_offset and plog.maybe_increment_log_start_offset(start):
+            partition.on_log_start_offset(plog.log_start_offset)
+
+    # ---- durability and shutdown -----------------------------------------------------------------
+
+    def led_partitions(self) -> list[TP]:
+        return sorted(tp for tp, p in self.partitions.items() if p.role is Role.LEADER)
+
+    def write_checkpoints(self) -> None:
+        for plog in self.logs.values():
+            plog.write_checkpoints()
+
+    def close(self) -> None:
+        for tp in list(self.partitions):
+            partition = self.partitions[tp]
+            partition.stop()
+            self._partition_changed(tp)
+        self.expire(2**62)
+        for plog in self.logs.values():
+            plog.close()
+        self.logs.clear()
+        self.partitions.clear()
+
+    def invariants(self) -> None:
+        for tp, partition in self.partitions.items():
+            partition.invariants()
+            plog = self.logs[tp]
+            assert plog.high_watermark == partition.high_watermark, (
+                f"{tp}: log HW {plog.high_watermark} != partition HW {partition.high_watermark}"
+            )
+            assert plog.log_end_offset == partition.log_end_offset, (
+                f"{tp}: log LEO {plog.log_end_offset} != partition LEO {partition.log_end_offset}"
+            )
+
+
+def _complete_now(_key: TopicPartition, _fetch_offset: int) -> FetchReadiness:
+    return FetchReadiness(0, complete_now=True)

@@ -1,0 +1,246 @@
+"""The follower side of replication: one asyncio task per leader broker, driving ``broker.fetcher``.
+
+``FetcherManager`` implements the replica manager's ``FetcherControl``: ``add_partition(leader_id,
+tp, ...)`` moves a partition to the task that fetches from ``leader_id`` (creating it), and
+``remove_partition(tp)`` takes it off (a task left with no partitions stops).
+
+Each ``FetcherDriver`` loops (DESIGN.md "Performance shape": ONE outstanding request per leader for
+all the partitions followed there, parked on the leader up to ``replica.fetch.max.wait.ms``):
+
+1. ``plan = fetcher.build_request(now)``; with nothing ready, sleep until a partition is added or
+   the earliest back-off ends (``next_wake_ms``);
+2. send it as ``ReplicaService.Fetch``; a transport failure is ``handle_request_failure`` (the
+   partitions back off ``replica.fetch.backoff.ms``);
+3. ``actions = fetcher.handle_response(...)`` with the local log's view; the replica manager applies
+   each action to the log (append, truncate by epoch), then the fetcher learns the new log end
+   (``update_position``).
+
+The leader's address comes from the metadata image (``address_of``). Not thread-safe: everything runs
+on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from broker.divergence import EpochEndOffset
+from broker.fetcher import FetchedPartition, FetcherConfig, FetchRequestPlan, ReplicaFetcher
+from broker.replica_manager import TP, ReplicaManager
+from proto import errors, replica_pb2, replica_pb2_grpc
+from proto.errors import ErrorCode
+from proto.serving import GRPC_OPTIONS
+
+log = logging.getLogger(__name__)
+
+
+_BACKGROUND: set[asyncio.Future] = set()  # strong references to fire-and-forget clean-ups
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _background(awaitable) -> None:
+    task = asyncio.ensure_future(awaitable)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+class FetcherDriver:
+    """Fetches every partition this broker follows on ``leader_id`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        leader_id: int,
+        fetcher: ReplicaFetcher,
+        manager: ReplicaManager,
+        address_of: Callable[[int], str | None],
+        topic_id_of: Callable[[str], str],
+        request_timeout_ms: int,
+    ) -> None:
+        self.leader_id = leader_id
+        self.fetcher = fetcher
+        self.manager = manager
+        self.address_of = address_of
+        self.topic_id_of = topic_id_of
+        self.request_timeout_ms = request_timeout_ms
+        self._wake = asyncio.Event()
+        self._channel: grpc.aio.Channel | None = None
+        self._address: str | None = None
+        self._task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        if self._channel is not None:
+            await self._channel.close()
+
+    def _stub(self) -> replica_pb2_grpc.ReplicaServiceStub | None:
+        address = self.address_of(self.leader_id)
+        if address is None:
+            return None
+        if address != self._address:
+            if self._channel is not None:
+                _background(self._channel.close())
+            self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            self._address = address
+        return replica_pb2_grpc.ReplicaServiceStub(self._channel)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not silently stop replication: log it and back off
+                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                await asyncio.sleep(self.fetcher.config.fetch_backoff_ms / 1000)
+
+    async def _step(self) -> None:
+        plan = self.fetcher.build_request(monotonic_ms())
+        if plan is None:
+            await self._sleep_until(self.fetcher.next_wake_ms())
+            return
+        stub = self._stub()
+        if stub is None:
+            log.info("no address for leader %d yet; backing off", self.leader_id)
+            self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
+            return
+        timeout_s = (self.fetcher.config.max_wait_ms + self.request_timeout_ms) / 1000
+        try:
+            response = await stub.Fetch(self._request(plan), timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            log.info("fetch from leader %d failed: %s %s", self.leader_id, exc.code().name, exc.details())
+            self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
+            return
+        answers = self._answers(response)
+        actions = self.fetcher.handle_response(
+            plan.request_id, answers, self.manager.local_view, monotonic_ms()
+        )
+        for action in actions:
+            tp = action.topic_partition
+            try:
+                self.manager.apply_fetch_action(action)
+            except errors.KafkaError as exc:
+                log.warning("%s-%d: cannot apply the leader's answer (refetching): %s", *tp, exc)
+            position = self.manager.log_position(tp)
+            if position is not None:
+                self.fetcher.update_position(tp, *position)
+
+    async def _sleep_until(self, wake_ms: int | None) -> None:
+        self._wake.clear()
+        timeout = None if wake_ms is None else max(0.0, (wake_ms - monotonic_ms()) / 1000)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _request(self, plan: FetchRequestPlan) -> replica_pb2.ReplicaFetchRequest:
+        config = self.fetcher.config
+        request = replica_pb2.ReplicaFetchRequest(
+            replica_id=plan.replica_id,
+            broker_epoch=plan.broker_epoch,
+            max_wait_ms=config.max_wait_ms,
+            min_bytes=config.min_bytes,
+            max_bytes=config.max_bytes,
+        )
+        topics: dict[str, replica_pb2.ReplicaFetchTopic] = {}
+        for part in plan.partitions:
+            name, index = part.topic_partition
+            topic = topics.get(name)
+            if topic is None:
+                topic = topics[name] = request.topics.add(name=name, topic_id=self.topic_id_of(name))
+            entry = topic.partitions.add(
+                partition=index,
+                current_leader_epoch=part.current_leader_epoch,
+                fetch_offset=part.fetch_offset,
+                partition_max_bytes=config.partition_max_bytes,
+            )
+            if part.last_fetched_epoch is not None:
+                entry.last_fetched_epoch = part.last_fetched_epoch
+        return request
+
+    @staticmethod
+    def _answers(response: replica_pb2.ReplicaFetchResponse) -> dict[TP, FetchedPartition]:
+        answers = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                diverging = None
+                if p.HasField("diverging_epoch"):
+                    diverging = EpochEndOffset(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+                answers[(topic.name, p.partition)] = FetchedPartition(
+                    ErrorCode(p.error.code), p.high_watermark, p.log_start_offset, p.log_end_offset,
+                    diverging, p.records, p.error.message,
+                )  # fmt: skip
+        return answers
+
+
+class FetcherManager:
+    """One ``FetcherDriver`` per leader broker (the replica manager's ``FetcherControl``)."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        config: FetcherConfig,
+        address_of: Callable[[int], str | None],
+        topic_id_of: Callable[[str], str],
+        request_timeout_ms: int,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = -1
+        self.config = config
+        self.address_of = address_of
+        self.topic_id_of = topic_id_of
+        self.request_timeout_ms = request_timeout_ms
+        self.manager: ReplicaManager | None = None
+        self.drivers: dict[int, FetcherDriver] = {}
+        self._leader_of: dict[TP, int] = {}
+
+    def set_broker_epoch(self, broker_epoch: int) -> None:
+        self.broker_epoch = broker_epoch
+        for driver in self.drivers.values():
+            driver.fetcher.broker_epoch = broker_epoch
+
+    def add_partition(
+        self, leader_id: int, tp: TP, fetch_offset: int, last_fetched_epoch: int | None, leader_epoch: int
+    ) -> None:
+        self.remove_partition(tp)
+        assert self.manager is not None, "FetcherManager.manager is set before any partition is added"
+        driver = self.drivers.get(leader_id)
+        if driver is None:
+            fetcher = ReplicaFetcher(leader_id, self.broker_id, self.broker_epoch, self.config)
+            driver = FetcherDriver(
+                leader_id, fetcher, self.manager, self.address_of, self.topic_id_of, self.request_timeout_ms
+            )
+            self.drivers[leader_id] = driver
+        driver.fetcher.add_partition(tp, fetch_offset, last_fetched_epoch, leader_epoch)
+        self._leader_of[tp] = leader_id
+        driver.wake()
+
+    def remove_partition(self, tp: TP) -> None:
+        leader_id = self._leader_of.pop(tp, None)
+        if leader_id is None:
+            return
+        driver = self.drivers[leader_id]
+        driver.fetcher.remove_partition(tp)
+        if not driver.fetcher.partitions():
+            del self.drivers[leader_id]
+            _background(driver.stop())
+
+    def followed(self) -> dict[TP, int]:
+        """Partition -> the leader it is fetched from."""
+        return dict(self._leader_of)
+
+    async def stop(self) -> None:
+        drivers, self.drivers = list(self.drivers.values()), {}
+        self._leader_of.clear()
+        for driver in drivers:
+            await driver.stop()

@@ -1,0 +1,476 @@
+"""The data broker process: ``pykraft broker --node-id 101 --listen H:P --controllers H:P,... --data-dir D``.
+
+Startup, in order:
+1. serve BrokerService, ReplicaService, AdminService (forwarded to the controllers) and health
+   (NOT_SERVING until ready) on ``--listen``;
+2. register with the active controller (any controller forwards there) with a fresh incarnation id,
+   getting a broker epoch (the offset of the registration record);
+3. follow the committed metadata log as an observer (``FetchMetadata`` from any controller: a snapshot,
+   then entries) and apply it to the broker's ``MetadataImage``. Role changes start only once the
+   image includes this broker's own registration, so an old incarnation's leaderships in the log's
+   history never come back to life; from then on every applied batch goes to
+   ``ReplicaManager.apply_image`` (become leader / follower / stop replica);
+4. heartbeat every ``broker.heartbeat.interval.ms`` with the applied metadata offset; the controller
+   unfences the broker once it has caught up; health turns SERVING then. A heartbeat answered
+   STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED makes the broker register again.
+
+Timers: the ISR check every ``replica.lag.time.max.ms / 2``, HW checkpoints every
+``replica.high.watermark.checkpoint.interval.ms``, and one wake-up at the earliest purgatory deadline.
+ISR proposals go to the controller as AlterPartition, retried while they are still pending.
+
+SIGTERM / SIGINT: controlled shutdown — heartbeats ask ``want_shut_down`` until the controller says
+the broker leads nothing (its leaderships moved away while it kept following), then fetchers stop,
+logs are checkpointed and closed, and the process exits 0. Restarting on the same data directory
+recovers the logs (``storage.log``) and rejoins: the leader's diverging epoch decides any truncation.
+
+The process prints ``READY <node-id>`` once it serves and is registered. A bad flag exits 2 with one
+line on stderr naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from broker.broker_service import AdminForwarder, BrokerServicer
+from broker.config import BrokerConfig, BrokerConfigError, config_from
+from broker.fetcher import FetcherConfig
+from broker.fetcher_driver import FetcherManager
+from broker.partition import AlterPartitionProposal
+from broker.replica_manager import ReplicaManager
+from broker.replica_service import ReplicaServicer
+from metadata.image import MetadataImage, MetadataReplayError
+from metadata.records import ConfigRecord, CorruptMetadataError, decode_batch
+from proto import (
+    admin_pb2,
+    admin_pb2_grpc,
+    broker_pb2_grpc,
+    common_pb2,
+    controller_pb2,
+    controller_pb2_grpc,
+    metadata_pb2,
+    replica_pb2_grpc,
+)
+from proto.errors import ErrorCode
+from proto.serving import GRPC_OPTIONS, add_standard_services
+
+log = logging.getLogger(__name__)
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+SERVICE_NAMES = [
+    "pykraft.broker.BrokerService",
+    "pykraft.replica.ReplicaService",
+    "pykraft.admin.AdminService",
+]
+LISTENER_NAME = "PLAINTEXT"
+RETRY_BACKOFF_S = 0.1
+CONTROLLER_CALL_TIMEOUT_S = 5.0
+REREGISTER_CODES = (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED)
+SHUTDOWN_HEARTBEAT_S = 0.05
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ControllerUnavailableError(Exception):
+    """No controller answered (all unreachable, or none knows an active controller)."""
+
+
+class ControllerClient:
+    """Calls any controller; on a transport error or NOT_CONTROLLER it tries the next one."""
+
+    def __init__(self, addresses: tuple[str, ...]) -> None:
+        self.addresses = addresses
+        self._current = 0
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, address: str | None = None) -> grpc.aio.Channel:
+        address = address or self.addresses[self._current]
+        if address not in self._channels:
+            self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        return self._channels[address]
+
+    def rotate(self) -> None:
+        self._current = (self._current + 1) % len(self.addresses)
+
+    async def call(
+        self, stub_class: Any, method: str, request: Any, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S
+    ):
+        """One try per controller; the first answer that is not NOT_CONTROLLER wins."""
+        problems = []
+        for _ in range(len(self.addresses)):
+            address = self.addresses[self._current]
+            try:
+                response = await getattr(stub_class(self.channel(address)), method)(
+                    request, timeout=timeout_s
+                )
+            except grpc.aio.AioRpcError as exc:
+                problems.append(f"{address}: {exc.code().name}")
+                self.rotate()
+                continue
+            error = getattr(response, "error", None)
+            if error is not None and error.code == ErrorCode.NOT_CONTROLLER:
+                problems.append(f"{address}: NOT_CONTROLLER {error.message}")
+                self.rotate()
+                continue
+            return response
+        raise ControllerUnavailableError(f"{method}: no controller answered ({'; '.join(problems)})")
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+
+class BrokerNode:
+    """A running broker (see the module docstring)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        settings = config.settings
+        self.controllers = ControllerClient(config.controllers)
+        self.image = MetadataImage()
+        self.broker_epoch = -1
+        self.incarnation_id = uuid.uuid4().hex
+        self.shutting_down = False
+        self.shutdown_complete = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.fetchers = FetcherManager(
+            config.node_id,
+            FetcherConfig(
+                max_wait_ms=settings.replica_fetch_max_wait_ms,
+                min_bytes=settings.replica_fetch_min_bytes,
+                max_bytes=settings.replica_fetch_response_max_bytes,
+                partition_max_bytes=settings.replica_fetch_max_bytes,
+                fetch_backoff_ms=settings.replica_fetch_backoff_ms,
+            ),
+            self.address_of,
+            lambda name: self.image.topic_ids.get(name, ""),
+            settings.request_timeout_ms,
+        )
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.manager = ReplicaManager(
+            config.node_id,
+            config.data_dir,
+            replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+            topic_defaults=dict(settings.topic_defaults),
+            fetchers=self.fetchers,
+            send_alter_partition=self.send_alter_partition,
+            on_deadline=self._wake_at,
+        )
+        self.fetchers.manager = self.manager
+        self._tasks: list[asyncio.Task] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_ms: int | None = None
+        self.server: grpc.aio.Server | None = None
+        self._roles_started = False
+
+    # ---- addresses ------------------------------------------------------------------------------
+
+    def address_of(self, broker_id: int) -> str | None:
+        broker = self.image.brokers.get(broker_id)
+        if broker is None or not broker.endpoints:
+            return None
+        endpoint = broker.endpoints[0]
+        return f"{endpoint.host}:{endpoint.port}"
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(
+            BrokerServicer(self.manager, monotonic_ms, self.config.settings.request_timeout_ms, lambda: -1),
+            self.server,
+        )
+        replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
+            ReplicaServicer(self.manager, monotonic_ms), self.server
+        )
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminForwarder(self.forward_admin), self.server)
+        self.health = add_standard_services(self.server, SERVICE_NAMES)
+        await self.health.set_serving(False)
+        if self.server.add_insecure_port(self.config.listen) == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await self.server.start()
+        await self.register()
+        settings = self.config.settings
+        self._tasks = [
+            asyncio.create_task(self._follow_metadata(), name="metadata"),
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            asyncio.create_task(
+                self._every(settings.replica_lag_time_max_ms / 2000, self._shrink_isr), name="isr"
+            ),
+            asyncio.create_task(
+                self._every(
+                    settings.high_watermark_checkpoint_interval_ms / 1000, self.manager.write_checkpoints
+                ),
+                name="checkpoint",
+            ),
+        ]
+
+    async def register(self) -> None:
+        endpoint = metadata_pb2.Endpoint(name=LISTENER_NAME, host=self.config.host, port=self.config.port)
+        request = controller_pb2.RegisterBrokerRequest(
+            broker_id=self.config.node_id,
+            incarnation_id=self.incarnation_id,
+            endpoints=[endpoint],
+            rack=self.config.rack,
+        )
+        while True:
+            try:
+                response = await self.controllers.call(
+                    controller_pb2_grpc.ControllerServiceStub, "RegisterBroker", request
+                )
+            except ControllerUnavailableError as exc:
+                log.info("registration: %s; retrying", exc)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            if response.error.code == ErrorCode.NONE:
+                break
+            log.warning("registration refused: %s %s; retrying", ErrorCode(response.error.code).name,
+                        response.error.message)  # fmt: skip
+            await asyncio.sleep(RETRY_BACKOFF_S)
+        self.broker_epoch = response.broker_epoch
+        self.fetchers.set_broker_epoch(self.broker_epoch)
+        log.info("broker %d registered with broker epoch %d", self.config.node_id, self.broker_epoch)
+
+    async def controlled_shutdown(self) -> None:
+        """Ask the controller to move our leaderships away; wait (bounded) until it says we may stop."""
+        self.shutting_down = True
+        await self.health.set_serving(False)
+        timeout_s = self.config.settings.controlled_shutdown_timeout_ms / 1000
+        try:
+            await asyncio.wait_for(self.shutdown_complete.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("controlled shutdown did not finish within %.1f s; stopping anyway", timeout_s)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._timer is not None:
+            self._timer.cancel()
+        await self.fetchers.stop()
+        self.manager.close()
+        if self.server is not None:
+            await self.server.stop(grace=0.5)
+        await self.controllers.close()
+
+    # ---- metadata -------------------------------------------------------------------------------
+
+    async def _follow_metadata(self) -> None:
+        stub_class = controller_pb2_grpc.ControllerServiceStub
+        while True:
+            request = controller_pb2.FetchMetadataRequest(
+                from_offset=self.image.offset, broker_id=self.config.node_id
+            )
+            try:
+                async for response in stub_class(self.controllers.channel()).FetchMetadata(request):
+                    self._apply_metadata(response)
+            except grpc.aio.AioRpcError as exc:
+                log.info("metadata stream ended: %s; switching controller", exc.code().name)
+            self.controllers.rotate()
+            await asyncio.sleep(RETRY_BACKOFF_S)
+
+    def _apply_metadata(self, response: controller_pb2.FetchMetadataResponse) -> None:
+        config_changed = False
+        try:
+            if response.snapshot:
+                self.image = MetadataImage.from_snapshot(response.snapshot)
+                config_changed = True
+            for entry in response.entries:
+                if entry.offset <= self.image.offset:
+                    continue
+                records = decode_batch(entry.batch)
+                self.image.apply_batch(records, entry.offset)
+                config_changed = config_changed or any(isinstance(r, ConfigRecord) for r in records)
+        except (MetadataReplayError, CorruptMetadataError) as exc:
+            log.critical("the metadata log does not apply: %s; stopping", exc)
+            sys.exit(EXIT_FAILED)
+        self._publish(config_changed)
+
+    def _publish(self, config_changed: bool) -> None:
+        if self.broker_epoch < 0 or self.image.offset < self.broker_epoch:
+            self.manager.image = self.image  # Metadata answers; roles wait for our own registration
+            return
+        self.manager.apply_image(self.image, monotonic_ms(), config_changed or not self._roles_started)
+        self._roles_started = True
+
+    # ---- heartbeats -----------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        interval_s = self.config.settings.broker_heartbeat_interval_ms / 1000
+        while True:
+            request = controller_pb2.BrokerHeartbeatRequest(
+                broker_id=self.config.node_id,
+                broker_epoch=self.broker_epoch,
+                current_metadata_offset=self.image.offset,
+                want_shut_down=self.shutting_down,
+            )
+            try:
+                response = await self.controllers.call(
+                    controller_pb2_grpc.ControllerServiceStub, "BrokerHeartbeat", request
+                )
+            except ControllerUnavailableError as exc:
+                log.info("heartbeat: %s", exc)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            await self._handle_heartbeat(response)
+            await asyncio.sleep(SHUTDOWN_HEARTBEAT_S if self.shutting_down else interval_s)
+
+    async def _handle_heartbeat(self, response: controller_pb2.BrokerHeartbeatResponse) -> None:
+        code = response.error.code
+        if code in REREGISTER_CODES:
+            log.warning("heartbeat refused (%s); registering again", ErrorCode(code).name)
+            self._roles_started = False
+            await self.register()
+            return
+        if code != ErrorCode.NONE:
+            log.info("heartbeat error %s %s", ErrorCode(code).name, response.error.message)
+            return
+        if self.shutting_down:
+            if response.should_shut_down and not self.manager.led_partitions():
+                self.shutdown_complete.set()
+            return
+        if (
+            response.is_caught_up
+            and not response.is_fenced
+            and self._roles_started
+            and not self.ready.is_set()
+        ):
+            self.ready.set()
+            await self.health.set_serving(True)
+            log.info("broker %d is caught up and unfenced: serving", self.config.node_id)
+
+    # ---- ISR changes ----------------------------------------------------------------------------
+
+    def _shrink_isr(self) -> None:
+        self.manager.maybe_shrink_isr(monotonic_ms())
+
+    def send_alter_partition(self, topic_id: str, proposal: AlterPartitionProposal) -> None:
+        task = asyncio.ensure_future(self._alter_partition(topic_id, proposal))
+        task.add_done_callback(_log_failure)
+
+    async def _alter_partition(self, topic_id: str, proposal: AlterPartitionProposal) -> None:
+        tp = (proposal.topic, proposal.partition)
+        item = controller_pb2.AlterPartitionRequest.PartitionState(
+            topic_id=topic_id, partition=proposal.partition, leader_epoch=proposal.leader_epoch,
+            partition_epoch=proposal.partition_epoch, new_isr=proposal.new_isr,
+        )  # fmt: skip
+        while self.manager.pending_proposal(tp) == proposal:
+            request = controller_pb2.AlterPartitionRequest(
+                broker_id=self.config.node_id, broker_epoch=self.broker_epoch, partitions=[item]
+            )
+            try:
+                response = await self.controllers.call(
+                    controller_pb2_grpc.ControllerServiceStub, "AlterPartition", request
+                )
+            except ControllerUnavailableError as exc:
+                log.info("AlterPartition %s-%d: %s; retrying", *tp, exc)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            if response.error.code != ErrorCode.NONE:
+                log.info("AlterPartition %s-%d: %s %s", *tp, ErrorCode(response.error.code).name,
+                         response.error.message)  # fmt: skip
+                if response.error.code in REREGISTER_CODES:
+                    self.manager.handle_alter_partition_response(proposal, ErrorCode(response.error.code))
+                    return
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            result = response.partitions[0]
+            code = ErrorCode(result.error.code)
+            if code != ErrorCode.NONE:
+                log.info("AlterPartition %s-%d refused: %s %s", *tp, code.name, result.error.message)
+            else:
+                log.info("%s-%d: ISR is now %s (partition epoch %d)", *tp, list(result.isr),
+                         result.partition_epoch)  # fmt: skip
+            self.manager.handle_alter_partition_response(
+                proposal, code, result.leader_epoch, result.partition_epoch, tuple(result.isr)
+            )
+            return
+
+    # ---- admin forwarding -------------------------------------------------------------------------
+
+    async def forward_admin(self, method: str, request: Any) -> Any:
+        try:
+            return await self.controllers.call(
+                admin_pb2_grpc.AdminServiceStub, method, request, timeout_s=30.0
+            )
+        except ControllerUnavailableError as exc:
+            response_class = getattr(admin_pb2, method + "Response")
+            return response_class(error=common_pb2.Error(code=ErrorCode.NOT_CONTROLLER, message=str(exc)))
+
+    # ---- timers -----------------------------------------------------------------------------------
+
+    def _wake_at(self, deadline_ms: int) -> None:
+        """Schedule one wake-up at the earliest purgatory deadline (no polling loop)."""
+        if self._timer_ms is not None and self._timer_ms <= deadline_ms:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay_s = max(0.0, (deadline_ms - monotonic_ms()) / 1000)
+        self._timer = loop.call_later(delay_s, self._on_timer)
+        self._timer_ms = deadline_ms
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_ms = None, None
+        self.manager.expire(monotonic_ms())
+        following = self.manager.next_deadline_ms()
+        if following is not None:
+            self._wake_at(following)
+
+    @staticmethod
+    async def _every(interval_s: float, action: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                action()
+            except Exception:
+                log.exception("periodic %s failed", getattr(action, "__name__", action))
+
+
+def _log_failure(task: asyncio.Future) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task failed: %r", task.exception())
+
+
+async def serve(config: BrokerConfig) -> None:
+    node = BrokerNode(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await node.start()
+    print(f"READY {config.node_id}", flush=True)
+    await stop.wait()
+    log.info("broker %d: controlled shutdown", config.node_id)
+    await node.controlled_shutdown()
+    await node.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        config = config_from(args)
+    except BrokerConfigError as exc:
+        print(f"pykraft broker: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        print(f"pykraft broker: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
