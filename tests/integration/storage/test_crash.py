@@ -33,7 +33,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from storage.batch_header import validate_batch
 from storage.log import Log
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
 WRITER = Path(__file__).with_name("crash_writer.py")
