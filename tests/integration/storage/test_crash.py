@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
 WRITER = Path(__file__).with_name("crash_writer.py")
-ROUNDS = 6
+ROUNDS = 5
 SEED = 20261122
 LINE_DEADLINE_S = 15.0
 
@@ -89,7 +89,7 @@ def run_round(directory: Path, leader_epoch: int, rng: random.Random) -> tuple[i
     acknowledged = None
     try:
         opened = int(writer.read_line().removeprefix("open "))
-        for _ in range(rng.randint(1, 40)):
+        for _ in range(rng.randint(1, 25)):
             last_offset, base_offset, size = writer.read_line().removeprefix("flushed ").split()
             acknowledged = Acknowledged(int(last_offset), int(base_offset), int(size))
     finally:
