@@ -1,0 +1,62 @@
+# pykraft container image: one image runs a controller or a broker; the `spark` stage adds Java and
+# PySpark for the compose file's `spark` service.
+#
+#   docker build --target runtime -t pykraft:local .          # controllers and brokers
+#   docker build --target spark   -t pykraft-spark:local .    # + Java + PySpark (the spark service)
+#
+# Where no registry can be pulled from, build on a local Debian base instead of python:3.11-slim:
+#   scripts/docker-base-image.sh && docker build --network host --build-arg BASE=pykraft-base:local ...
+# The process is chosen by the command (`controller` or `broker`) and configured from PYKRAFT_*
+# environment variables (see docker/entrypoint.sh); the data lives in the volume /var/lib/pykraft/data.
+ARG BASE=python:3.11-slim
+
+FROM ${BASE} AS runtime
+# pip trusts the system CA bundle (a registry proxy's certificate may only be there).
+ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/pykraft/venv/bin:$PATH
+RUN python3 -m venv /opt/pykraft/venv \
+ && useradd --system --uid 10001 --user-group --home-dir /var/lib/pykraft --create-home pykraft \
+ && mkdir -p /var/lib/pykraft/data \
+ && chown -R pykraft:pykraft /var/lib/pykraft
+WORKDIR /opt/pykraft/src
+# Dependencies first: this layer is rebuilt only when pyproject.toml changes. PySpark (450 MB) is
+# left to the spark stage; controllers and brokers never import it.
+COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+open('/tmp/requirements.txt', 'w').write('\n'.join(d for d in deps if not d.startswith('pyspark')))" \
+ && pip install --no-cache-dir -r /tmp/requirements.txt
+COPY proto ./proto
+COPY raft ./raft
+COPY metadata ./metadata
+COPY storage ./storage
+COPY broker ./broker
+COPY pykraft ./pykraft
+COPY spark ./spark
+RUN pip install --no-cache-dir --no-deps . && rm -rf build *.egg-info
+COPY docker/entrypoint.sh /usr/local/bin/pykraft-entrypoint
+USER pykraft
+WORKDIR /var/lib/pykraft
+VOLUME ["/var/lib/pykraft/data"]
+EXPOSE 9092 9093
+# grpc.health.v1 on this node's own port (PYKRAFT_LISTEN, default per role in the entrypoint).
+HEALTHCHECK --interval=2s --timeout=3s --start-period=30s --retries=5 \
+  CMD ["pykraft-entrypoint", "healthcheck"]
+ENTRYPOINT ["pykraft-entrypoint"]
+CMD ["controller"]
+
+FROM runtime AS spark
+USER root
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends default-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+RUN cd /opt/pykraft/src \
+ && pip install --no-cache-dir "$(python -c "import tomllib; print(next(d for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'] if d.startswith('pyspark')))")"
+COPY docker/spark_query.py /opt/pykraft/spark_query.py
+ENV SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=/opt/pykraft/venv/bin/python
+USER pykraft
+HEALTHCHECK NONE
+ENTRYPOINT ["python", "/opt/pykraft/spark_query.py"]
+CMD []
