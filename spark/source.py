@@ -2,8 +2,8 @@
 
 Usage (one call registers the format; the session variable keeps its usual name)::
 
-    from pykraft import register_spark_source
-    register_spark_source(spark)
+    from spark import register_spark_source   # the top-level package ``spark``, not a session
+    register_spark_source(spark)              # ``spark`` here is the usual SparkSession variable
     df = (spark.read.format("pykraft")
           .option("bootstrap.servers", "127.0.0.1:9092").option("subscribe", "events").load())
 
