@@ -149,7 +149,8 @@ from broker.purgatory import (
 from metadata.image import MetadataImage, PartitionRegistration
 from proto import errors
 from proto.errors import ErrorCode
-from storage.batch_header import HEADER_SIZE
+from storage.batch_header import HEADER_SIZE, iter_batches
+from storage.compression import CompressionType
 from storage.config import LogConfig
 from storage.index import NO_TIMESTAMP
 from storage.log import Log
@@ -516,6 +517,7 @@ class ReplicaManager:
             return ProduceResult(error.code, error.message, *self._leader_tail(tp)), None
         plog = self.logs[tp]
         try:
+            _check_codecs(item.records, tp)
             info = plog.append_as_leader(item.records, partition.leader_epoch)
         except errors.KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
@@ -845,3 +847,16 @@ class ReplicaManager:
 
 def _complete_now(_key: TopicPartition, _fetch_offset: int) -> FetchReadiness:
     return FetchReadiness(0, complete_now=True)
+
+
+KNOWN_CODECS = frozenset(int(c) for c in CompressionType)
+
+
+def _check_codecs(records: bytes, tp: TP) -> None:
+    """Refuse a batch whose attributes name no known codec (ids 5-7), before the log validates it."""
+    for position, header in iter_batches(records, validate=False):
+        if header.compression_type not in KNOWN_CODECS:
+            raise errors.UnsupportedCompressionTypeError(
+                f"{tp[0]}-{tp[1]}: batch at byte {position} uses compression codec id "
+                f"{header.compression_type}; known: none=0, gzip=1, snappy=2, lz4=3, zstd=4"
+            )

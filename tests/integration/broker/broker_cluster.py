@@ -1,0 +1,239 @@
+"""Helpers for the broker integration tests: a ``LocalCluster`` with short timeouts, raw produce/fetch
+over BrokerService stubs (batches built with ``storage.record_batch.build_batch``), and waits with
+deadlines. Every process is stopped by pid in the fixtures' ``finally`` (``LocalCluster.down`` then
+``kill_node`` for anything left)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from proto import broker_pb2, broker_pb2_grpc
+from proto.errors import ErrorCode
+from pykraft.admin import AdminClient, PartitionInfo
+from pykraft.cluster import LocalCluster, NodeSpec
+from storage.record_batch import build_batch, decode_records
+
+# Short protocol timeouts so that failures are detected quickly, yet robust on a loaded 2-core machine.
+FAST_OVERRIDES = {
+    "broker.session.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "200",
+    "replica.lag.time.max.ms": "1500",
+    "replica.fetch.max.wait.ms": "200",
+    "replica.fetch.backoff.ms": "50",
+    "request.timeout.ms": "5000",
+    "controlled.shutdown.timeout.ms": "10000",
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.heartbeat.interval.ms": "50",
+}
+START_TIMEOUT_S = 60.0
+RPC_TIMEOUT_S = 10.0
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05) -> object:
+    """Poll ``condition`` until truthy (returned) or fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except (grpc.RpcError, OSError) as exc:
+            value, last_error = None, exc
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last error: {last_error})")
+
+
+class TestCluster(LocalCluster):
+    """``LocalCluster`` that keeps each ``Popen`` handle (so no ResourceWarning when one is dropped while
+    the process runs) and reaps them when stopped."""
+
+    def start_node(self, spec: NodeSpec) -> None:
+        real_popen = subprocess.Popen
+        handles = self.__dict__.setdefault("_handles", [])
+
+        def keep(*args, **kwargs):
+            proc = real_popen(*args, **kwargs)
+            handles.append(proc)
+            return proc
+
+        subprocess.Popen = keep  # type: ignore[misc]
+        try:
+            super().start_node(spec)
+        finally:
+            subprocess.Popen = real_popen  # type: ignore[misc]
+
+    def reap(self) -> None:
+        for proc in self.__dict__.get("_handles", []):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def running_cluster(data_dir: Path, brokers: int = 3, **overrides: str) -> Iterator[BrokerCluster]:
+    cluster = TestCluster(data_dir, controllers=3, brokers=brokers, overrides={**FAST_OVERRIDES, **overrides})
+    cluster.data_dir.mkdir(parents=True, exist_ok=True)
+    cluster.plan()
+    bc = BrokerCluster(cluster)
+    try:
+        cluster.start()
+        cluster.wait_until(lambda: all(cluster.healthy(n) for n in cluster.nodes), START_TIMEOUT_S, "every node healthy")
+        yield bc
+    finally:
+        bc.close()
+        for spec in cluster.nodes:  # SIGSTOPped nodes cannot handle SIGTERM: wake them first
+            cluster.signal_node(spec, signal.SIGCONT)
+        cluster.down(timeout_s=15.0)
+        for spec in cluster.nodes:
+            cluster.kill_node(spec)
+        cluster.reap()
+
+
+@dataclass(frozen=True)
+class Produced:
+    code: ErrorCode
+    base_offset: int
+    message: str
+    leader_id: int = -1
+    leader_epoch: int = -1
+
+
+class BrokerCluster:
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self._channels: dict[str, grpc.Channel] = {}
+        self.admin = AdminClient(cluster.controller_addresses, timeout_s=30.0)
+
+    def close(self) -> None:
+        self.admin.close()
+        for channel in self._channels.values():
+            channel.close()
+
+    # ---- nodes --------------------------------------------------------------------------------
+
+    def broker(self, broker_id: int) -> NodeSpec:
+        return self.cluster.node(f"broker-{broker_id}")
+
+    def stub(self, broker_id: int) -> broker_pb2_grpc.BrokerServiceStub:
+        address = self.broker(broker_id).address
+        if address not in self._channels:
+            self._channels[address] = grpc.insecure_channel(address)
+        return broker_pb2_grpc.BrokerServiceStub(self._channels[address])
+
+    def active_controller(self) -> NodeSpec:
+        leader = self.admin.describe_quorum().leader_id
+        return self.cluster.node(f"controller-{leader}")
+
+    # ---- metadata ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1, rf: int = 3, **configs: str) -> None:
+        assignments = {p: [101 + (p + i) % rf for i in range(rf)] for p in range(partitions)}
+        self.admin.create_topic(name, configs={k.replace("_", "."): v for k, v in configs.items()},
+                                assignments=assignments)  # fmt: skip
+        wait_for(lambda: self.all_brokers_lead_or_follow(name, partitions), 30, f"{name} on every replica")
+
+    def describe(self, topic: str, partition: int = 0) -> PartitionInfo:
+        return self.admin.describe_topics([topic])[0].partitions[partition]
+
+    def metadata(self, broker_id: int, topic: str, partition: int = 0) -> broker_pb2.PartitionMetadata | None:
+        response = self.stub(broker_id).Metadata(broker_pb2.MetadataRequest(topics=[topic]), timeout=RPC_TIMEOUT_S)
+        parts = {p.partition: p for p in response.topics[0].partitions}
+        return parts.get(partition)
+
+    def all_brokers_lead_or_follow(self, topic: str, partitions: int) -> bool:
+        for p in range(partitions):
+            info = self.describe(topic, p)
+            if info.leader < 0:
+                return False
+            for b in info.replicas:
+                md = self.metadata(b, topic, p)
+                if md is None or md.leader_id != info.leader or md.leader_epoch != info.leader_epoch:
+                    return False
+        return True
+
+    def leader(self, topic: str, partition: int = 0, timeout_s: float = 30.0) -> int:
+        """The leader the controller names, once that broker acts on it (its own Metadata agrees)."""
+
+        def found() -> int:
+            info = self.describe(topic, partition)
+            if info.leader < 0 or not self.cluster.is_running(self.broker(info.leader)):
+                return 0
+            md = self.metadata(info.leader, topic, partition)
+            ok = md is not None and md.leader_id == info.leader and md.leader_epoch == info.leader_epoch
+            return info.leader if ok else 0
+
+        return int(wait_for(found, timeout_s, f"a live leader of {topic}-{partition}"))
+
+    def wait_isr(self, topic: str, isr: set[int], timeout_s: float = 30.0, partition: int = 0) -> None:
+        wait_for(lambda: set(self.describe(topic, partition).isr) == isr, timeout_s, f"ISR {sorted(isr)}")
+
+    # ---- data --------------------------------------------------------------------------------
+
+    def produce_raw(
+        self,
+        broker_id: int,
+        topic: str,
+        records: bytes,
+        acks: int = -1,
+        partition: int = 0,
+        leader_epoch: int | None = None,
+        timeout_ms: int = 5000,
+    ) -> Produced:
+        data = broker_pb2.PartitionProduceData(partition=partition, records=records)
+        if leader_epoch is not None:
+            data.current_leader_epoch = leader_epoch
+        request = broker_pb2.ProduceRequest(
+            acks=acks, timeout_ms=timeout_ms, topics=[broker_pb2.TopicProduceData(name=topic, partitions=[data])]
+        )
+        r = self.stub(broker_id).Produce(request, timeout=timeout_ms / 1000 + RPC_TIMEOUT_S).topics[0].partitions[0]
+        return Produced(ErrorCode(r.error.code), r.base_offset, r.error.message,
+                        r.current_leader.leader_id, r.current_leader.leader_epoch)  # fmt: skip
+
+    def produce(self, broker_id: int, topic: str, values: list[bytes], acks: int = -1, **kw) -> Produced:
+        now = int(time.time() * 1000)
+        return self.produce_raw(broker_id, topic, batch(values, now), acks=acks, **kw)
+
+    def fetch(
+        self, broker_id: int, topic: str, offset: int, partition: int = 0, max_wait_ms: int = 0, min_bytes: int = 1,
+        max_bytes: int = 1 << 20, **fields: int,
+    ) -> broker_pb2.PartitionData:  # fmt: skip
+        part = broker_pb2.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes,
+                                         **fields)  # fmt: skip
+        request = broker_pb2.FetchRequest(
+            max_wait_ms=max_wait_ms, min_bytes=min_bytes, topics=[broker_pb2.FetchTopic(name=topic, partitions=[part])]
+        )
+        return self.stub(broker_id).Fetch(request, timeout=max_wait_ms / 1000 + RPC_TIMEOUT_S).topics[0].partitions[0]
+
+    def read_all(self, broker_id: int, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+        """Every committed record [log start, HW) as (offset, value), from ``broker_id`` (the leader)."""
+        out: list[tuple[int, bytes]] = []
+        offset = 0
+        while True:
+            data = self.fetch(broker_id, topic, offset, partition)
+            assert data.error.code == 0, f"fetch at {offset}: {ErrorCode(data.error.code).name} {data.error.message}"
+            records = [(r.offset, r.value) for r in decode_records(data.records) if r.offset >= offset]
+            out.extend(records)
+            if not records:
+                if offset >= data.high_watermark:
+                    return out
+                raise AssertionError(f"no records at {offset} below HW {data.high_watermark}")
+            offset = records[-1][0] + 1
+
+    def high_watermark(self, broker_id: int, topic: str, partition: int = 0) -> int:
+        part = broker_pb2.ListOffsetsPartition(partition=partition, spec=broker_pb2.LATEST)
+        request = broker_pb2.ListOffsetsRequest(topics=[broker_pb2.ListOffsetsTopic(name=topic, partitions=[part])])
+        r = self.stub(broker_id).ListOffsets(request, timeout=RPC_TIMEOUT_S).topics[0].partitions[0]
+        assert r.error.code == 0, f"ListOffsets: {ErrorCode(r.error.code).name} {r.error.message}"
+        return r.offset
+
+
+def batch(values: list[bytes], timestamp_ms: int = 0, **kw) -> bytes:
+    return build_batch([(None, v, (), timestamp_ms) for v in values], **kw)

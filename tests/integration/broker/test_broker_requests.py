@@ -1,0 +1,211 @@
+"""BrokerService against real processes (3 controllers + 3 brokers, one shared cluster for the module):
+every bad input gets its error code and appends nothing; fetch ranges, long polls, ListOffsets; admin
+calls through a broker; a controlled shutdown moves leadership away and a restart rejoins the ISR.
+
+DESIGN.md "Core rules" and issue 5 §2: validation happens before anything is appended.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import crc32c
+import pytest
+from broker_cluster import BrokerCluster, batch, running_cluster, wait_for
+
+from proto.errors import ErrorCode
+from pykraft.admin import AdminClient
+from storage.batch_header import ATTRIBUTES_POS, CRC_POS
+from storage.record_batch import decode_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOPIC = "requests"
+MAX_MESSAGE_BYTES = 2048
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    with running_cluster(Path(tmp_path_factory.mktemp("broker-requests"))) as bc:
+        bc.create_topic(TOPIC, min_insync_replicas="2", max_message_bytes=str(MAX_MESSAGE_BYTES))
+        bc.wait_isr(TOPIC, {101, 102, 103})
+        yield bc
+
+
+def test_controlled_shutdown_moves_leadership_and_restart_rejoins(cluster: BrokerCluster) -> None:
+    """SIGTERM = controlled shutdown: the leader's partitions move away before it exits (no acked write
+    lost); restarted, it recovers its log, rejoins the ISR, and preferred election moves leadership back.
+    Afterwards the leader epoch is 2, so the stale-epoch cases below have an older epoch to send."""
+    first = cluster.leader(TOPIC)
+    assert first == 101
+    assert cluster.produce(first, TOPIC, [b"before-shutdown"]).code == ErrorCode.NONE
+    assert cluster.cluster.stop_node(cluster.broker(first), timeout_s=20.0), "broker did not stop gracefully"
+    second = cluster.leader(TOPIC)
+    assert second != first
+    assert cluster.produce(second, TOPIC, [b"while-down"]).code == ErrorCode.NONE
+    cluster.cluster.start_node(cluster.broker(first))
+    cluster.wait_isr(TOPIC, {101, 102, 103})
+    wait_for(lambda: not cluster.admin.elect_leaders("preferred", [(TOPIC, 0)])[0].error
+             or cluster.describe(TOPIC).leader == first, 20, "preferred election")  # fmt: skip
+    assert cluster.leader(TOPIC) == first
+    assert cluster.describe(TOPIC).leader_epoch == 2
+    values = [v for _, v in cluster.read_all(first, TOPIC)]
+    assert values[-2:] == [b"before-shutdown", b"while-down"]
+
+
+def _corrupt_crc(data: bytes) -> bytes:
+    buf = bytearray(data)
+    buf[-1] ^= 0xFF
+    return bytes(buf)
+
+
+def _with_codec(data: bytes, codec: int) -> bytes:
+    """A batch whose attributes name ``codec``, with a CRC that matches (so only the codec is wrong)."""
+    buf = bytearray(data)
+    (attributes,) = struct.unpack_from(">h", buf, ATTRIBUTES_POS)
+    struct.pack_into(">h", buf, ATTRIBUTES_POS, (attributes & ~0x7) | codec)
+    struct.pack_into(">I", buf, CRC_POS, crc32c.crc32c(bytes(buf[ATTRIBUTES_POS:])))
+    return bytes(buf)
+
+
+# (id, topic, partition, target, records, acks, epoch delta or None, expected code)
+BAD_PRODUCES = [
+    ("unknown-topic", "no-such-topic", 0, "leader", batch([b"x"]), -1, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ("unknown-partition", TOPIC, 7, "leader", batch([b"x"]), -1, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ("not-leader", TOPIC, 0, "follower", batch([b"x"]), -1, None, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+    ("stale-epoch", TOPIC, 0, "leader", batch([b"x"]), -1, -1, ErrorCode.FENCED_LEADER_EPOCH),
+    ("newer-epoch", TOPIC, 0, "leader", batch([b"x"]), -1, +1, ErrorCode.UNKNOWN_LEADER_EPOCH),
+    ("corrupt-crc", TOPIC, 0, "leader", _corrupt_crc(batch([b"x" * 20])), -1, None, ErrorCode.CORRUPT_MESSAGE),
+    ("truncated", TOPIC, 0, "leader", batch([b"x" * 20])[:-3], -1, None, ErrorCode.CORRUPT_MESSAGE),
+    ("empty", TOPIC, 0, "leader", b"", -1, None, ErrorCode.CORRUPT_MESSAGE),
+    ("oversize", TOPIC, 0, "leader", batch([bytes(MAX_MESSAGE_BYTES)]), -1, None, ErrorCode.MESSAGE_TOO_LARGE),
+    ("codec-5", TOPIC, 0, "leader", _with_codec(batch([b"x"]), 5), -1, None, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    ("codec-7", TOPIC, 0, "leader", _with_codec(batch([b"x"]), 7), 1, None, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    ("acks-2", TOPIC, 0, "leader", batch([b"x"]), 2, None, ErrorCode.INVALID_REQUIRED_ACKS),
+    ("acks-minus-2", TOPIC, 0, "leader", batch([b"x"]), -2, None, ErrorCode.INVALID_REQUIRED_ACKS),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("topic", "partition", "target", "records", "acks", "epoch_delta", "expected"),
+    [case[1:] for case in BAD_PRODUCES],
+    ids=[case[0] for case in BAD_PRODUCES],
+)
+def test_bad_produce_gets_its_error_and_appends_nothing(
+    cluster: BrokerCluster, topic, partition, target, records, acks, epoch_delta, expected
+) -> None:
+    """Every check runs before the append: the partition's log end offset does not move."""
+    leader = cluster.leader(TOPIC)
+    follower = next(b for b in (101, 102, 103) if b != leader)
+    epoch = cluster.describe(TOPIC).leader_epoch
+    before = cluster.produce(leader, TOPIC, [b"marker"]).base_offset
+    result = cluster.produce_raw(
+        leader if target == "leader" else follower, topic, records, acks=acks, partition=partition,
+        leader_epoch=None if epoch_delta is None else epoch + epoch_delta,
+    )  # fmt: skip
+    assert result.code == expected, result
+    assert result.message, "every error carries a message a person can act on"
+    after = cluster.produce(leader, TOPIC, [b"marker"]).base_offset
+    assert after == before + 1, f"something was appended between {before} and {after}"
+
+
+def test_acks_zero_and_one_append(cluster: BrokerCluster) -> None:
+    leader = cluster.leader(TOPIC)
+    one = cluster.produce(leader, TOPIC, [b"acks-1"], acks=1)
+    zero = cluster.produce(leader, TOPIC, [b"acks-0"], acks=0)
+    assert (one.code, zero.code) == (ErrorCode.NONE, ErrorCode.NONE)
+    assert zero.base_offset == one.base_offset + 1
+    wait_for(lambda: cluster.high_watermark(leader, TOPIC) > zero.base_offset, 10, "HW past the acks=0 record")
+    records = dict(cluster.read_all(leader, TOPIC))
+    assert (records[one.base_offset], records[zero.base_offset]) == (b"acks-1", b"acks-0")
+
+
+def test_fetch_out_of_range_reports_the_valid_range(cluster: BrokerCluster) -> None:
+    leader = cluster.leader(TOPIC)
+    hw = cluster.high_watermark(leader, TOPIC)
+    data = cluster.fetch(leader, TOPIC, hw + 10)
+    assert data.error.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert (data.log_start_offset, data.high_watermark) == (0, hw)
+    assert data.records == b""
+
+
+def test_fetch_from_follower_and_stale_epoch_are_refused(cluster: BrokerCluster) -> None:
+    leader = cluster.leader(TOPIC)
+    follower = next(b for b in (101, 102, 103) if b != leader)
+    epoch = cluster.describe(TOPIC).leader_epoch
+    assert cluster.fetch(follower, TOPIC, 0).error.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    stale = cluster.fetch(leader, TOPIC, 0, current_leader_epoch=epoch - 1)
+    assert stale.error.code == ErrorCode.FENCED_LEADER_EPOCH
+    assert stale.current_leader.leader_id == leader
+
+
+def test_fetch_returns_only_committed_records_within_max_bytes(cluster: BrokerCluster) -> None:
+    leader = cluster.leader(TOPIC)
+    first = cluster.produce(leader, TOPIC, [b"a" * 100]).base_offset
+    cluster.produce(leader, TOPIC, [b"b" * 100])
+    data = cluster.fetch(leader, TOPIC, first, max_bytes=1)
+    records = decode_records(data.records)
+    assert [r.offset for r in records] == [first], "one whole batch even when over max_bytes"
+    assert all(r.offset < data.high_watermark for r in decode_records(cluster.fetch(leader, TOPIC, 0).records))
+
+
+def test_long_poll_is_woken_by_a_produce(cluster: BrokerCluster) -> None:
+    """A fetch parked at the HW answers as soon as the HW moves, not at max_wait_ms."""
+    leader = cluster.leader(TOPIC)
+    hw = cluster.high_watermark(leader, TOPIC)
+    result: dict = {}
+
+    def poll() -> None:
+        started = time.monotonic()
+        result["data"] = cluster.fetch(leader, TOPIC, hw, max_wait_ms=8000)
+        result["elapsed"] = time.monotonic() - started
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    time.sleep(0.3)
+    assert cluster.produce(leader, TOPIC, [b"wake-up"]).code == ErrorCode.NONE
+    thread.join(15)
+    assert not thread.is_alive()
+    assert [r.value for r in decode_records(result["data"].records)] == [b"wake-up"]
+    assert result["elapsed"] < 5.0, f"the long poll took {result['elapsed']:.1f} s: not woken by the HW"
+
+
+def test_long_poll_without_data_waits_max_wait(cluster: BrokerCluster) -> None:
+    leader = cluster.leader(TOPIC)
+    hw = cluster.high_watermark(leader, TOPIC)
+    started = time.monotonic()
+    data = cluster.fetch(leader, TOPIC, hw, max_wait_ms=400)
+    elapsed = time.monotonic() - started
+    assert data.error.code == 0 and data.records == b""
+    assert 0.3 <= elapsed < 5.0, elapsed
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(cluster: BrokerCluster) -> None:
+    from proto import broker_pb2
+
+    leader = cluster.leader(TOPIC)
+    stamp = int(time.time() * 1000) + 60_000  # in the future: later than every earlier record
+    offset = cluster.produce_raw(leader, TOPIC, batch([b"timed"], stamp)).base_offset
+    hw = cluster.high_watermark(leader, TOPIC)
+    assert hw == offset + 1
+
+    def list_offset(spec: int, timestamp_ms: int = 0):
+        part = broker_pb2.ListOffsetsPartition(partition=0, spec=spec, timestamp_ms=timestamp_ms)
+        request = broker_pb2.ListOffsetsRequest(topics=[broker_pb2.ListOffsetsTopic(name=TOPIC, partitions=[part])])
+        return cluster.stub(leader).ListOffsets(request, timeout=10).topics[0].partitions[0]
+
+    assert list_offset(broker_pb2.EARLIEST).offset == 0
+    assert list_offset(broker_pb2.LATEST).offset == hw
+    by_time = list_offset(broker_pb2.TIMESTAMP, stamp)
+    assert (by_time.offset, by_time.timestamp_ms) == (offset, stamp)
+    assert list_offset(broker_pb2.TIMESTAMP, stamp + 1).offset == -1
+
+
+def test_admin_calls_through_a_broker_reach_the_controller(cluster: BrokerCluster) -> None:
+    with AdminClient(cluster.broker(102).address, timeout_s=20) as admin:
+        assert TOPIC in {t.name for t in admin.list_topics()}
+        assert admin.describe_topics([TOPIC])[0].partitions[0].replicas == (101, 102, 103)
