@@ -27,21 +27,23 @@ from dataclasses import dataclass, field
 
 from raft.core import RaftConfig, RaftNode, Role
 from raft.messages import (
+    AppendEntriesResponse,
     Entry,
     HardState,
     Message,
     ProposalAccepted,
     Ready,
+    RequestVoteResponse,
     Snapshot,
     SnapshotMeta,
 )
 
 ELECTION_TIMEOUT_MIN_MS = 100
-ELECTION_TIMEOUT_MAX_MS = 200
 HEARTBEAT_INTERVAL_MS = 30
 SNAPSHOT_CHUNK_BYTES = 24  # tiny, so snapshots travel in several chunks
 LIVENESS_BOUND_MS = 3_000  # after faults stop: a leader and a fresh commit within this
 CONVERGENCE_BOUND_MS = 3_000  # then every node applies the leader's commit index within this
+MAX_EVENTS = 60_000  # a run that needs more is livelocked (or flooding the network): a failure
 
 
 class SimFailure(AssertionError):
@@ -64,6 +66,8 @@ class Faults:
     transfer_every_ms: int
     fsync_max_ms: int  # a persist completes 0..fsync_max_ms after it starts; a crash before loses it
     fault_every_ms: int
+    election_spread_ms: int  # election timeouts are drawn from [min, min + spread): small = split votes
+    max_entries_per_append: int
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -80,6 +84,8 @@ class Faults:
             transfer_every_ms=rng.choice((300, 10_000)),
             fsync_max_ms=rng.choice((1, 4, 15)),
             fault_every_ms=rng.choice((60, 150, 300)),
+            election_spread_ms=rng.choice((10, 100)),
+            max_entries_per_append=rng.choice((1, 3, 8)),
         )
 
 
@@ -102,6 +108,13 @@ class Disk:
             self.hard_state = ready.hard_state
         if ready.snapshot is not None:
             self.install(ready.snapshot)
+
+    def holds(self, index: int, term: int | None) -> bool:
+        if self.snapshot is not None and self.snapshot.meta.last_index >= index:
+            return True
+        if not self.entries or not self.entries[0].index <= index <= self.entries[-1].index:
+            return False
+        return self.entries[index - self.entries[0].index].term == term
 
     def install(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
@@ -273,6 +286,8 @@ class Simulation:
                 break
             self.now = time_ms
             self.events += 1
+            if self.events > MAX_EVENTS:
+                self.check.fail(f"{MAX_EVENTS} events by t={self.now}ms: livelock or message storm")
             getattr(self, "on_" + kind)(payload)
             if self.liveness_ok_at is not None and self.converged():
                 break
@@ -295,10 +310,10 @@ class Simulation:
             voters=frozenset(self.voters),
             observers=frozenset(self.observers),
             election_timeout_min_ms=ELECTION_TIMEOUT_MIN_MS,
-            election_timeout_max_ms=ELECTION_TIMEOUT_MAX_MS,
+            election_timeout_max_ms=ELECTION_TIMEOUT_MIN_MS + self.faults.election_spread_ms,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             max_inflight_appends=4,
-            max_entries_per_append=8,
+            max_entries_per_append=self.faults.max_entries_per_append,
             snapshot_chunk_bytes=SNAPSHOT_CHUNK_BYTES,
         )
         rng = random.Random(self.rng.getrandbits(32))
@@ -341,13 +356,25 @@ class Simulation:
                 self.check.leader_elected(core)
             if core.commit_index > node.last_commit or node.last_role is not Role.LEADER:
                 self.check.leader_committed(core, node.last_commit)
+                if core.commit_index > node.last_commit:
+                    self.check_durable_majority(core)
         node.last_commit, node.last_role, node.last_term = core.commit_index, core.role, core.term
+
+    def check_durable_majority(self, core: RaftNode) -> None:
+        """Committed means on the disks of a majority of voters — checked on the disks themselves."""
+        index, term = core.commit_index, core.term_at(core.commit_index)
+        holders = [v for v in self.voters if self.nodes[v].disk.holds(index, term)]
+        if len(holders) < len(self.voters) // 2 + 1:
+            self.check.fail(
+                f"leader {core.id} committed index {index} (term {term}) but only {holders} have it on disk"
+            )
 
     def process_ready(self, node: SimNode) -> None:
         core = node.core
         assert core is not None
         ready = core.take_ready()
         for m in ready.messages:
+            self.check_sendable_before_persist(node.node_id, m)
             self.send(m)
         if ready.entries:
             self.check.entries_persisted(core, ready.entries, core.term_at(ready.entries[0].index - 1))
@@ -361,6 +388,14 @@ class Simulation:
             )
         else:
             self.finish_ready(node, ready)
+
+    def check_sendable_before_persist(self, node_id: int, m: Message) -> None:
+        """The Ready contract from outside: a granted vote or an append acknowledgement promises
+        durable state, so it must wait in messages_after_persist."""
+        if isinstance(m, RequestVoteResponse) and m.granted and not m.pre_vote:
+            self.check.fail(f"node {node_id} grants a vote before persisting it: {m}")
+        if isinstance(m, AppendEntriesResponse) and m.success:
+            self.check.fail(f"node {node_id} acknowledges entries before persisting them: {m}")
 
     def finish_ready(self, node: SimNode, ready: Ready) -> None:
         core = node.core
@@ -446,8 +481,7 @@ class Simulation:
         if f.partitions and choice < 0.4:
             self.partition(rng.sample(ids, rng.randrange(1, len(ids) // 2 + 1)), symmetric=rng.random() < 0.6)
         elif f.crashes and choice < 0.8:
-            leaders = [i for i, n in self.nodes.items() if n.core is not None and n.core.role is Role.LEADER]
-            victim = self.nodes[rng.choice(leaders if leaders and rng.random() < 0.5 else ids)]
+            victim = self.nodes[rng.choice(self.crash_candidates())]
             if victim.core is not None:
                 self.note(f"crash {victim.node_id}")
                 victim.core = None
@@ -457,6 +491,17 @@ class Simulation:
             self.blocked.clear()
             self.note("heal links")
         self.at(self.now + rng.randrange(f.fault_every_ms // 2, f.fault_every_ms * 2), "fault")
+
+    def crash_candidates(self) -> list[int]:
+        """Bias crashes to where they hurt: a node with an unsynced write, or the leader."""
+        roll = self.rng.random()
+        busy = [i for i, n in self.nodes.items() if n.core is not None and n.busy]
+        if busy and roll < 0.4:
+            return busy
+        leaders = [i for i, n in self.nodes.items() if n.core is not None and n.core.role is Role.LEADER]
+        if leaders and roll < 0.7:
+            return leaders
+        return list(self.nodes)
 
     def partition(self, group: list[int], symmetric: bool) -> None:
         others = [i for i in self.nodes if i not in group]
@@ -482,6 +527,8 @@ class Simulation:
         self.heal_at = self.now
 
     def on_client(self, _: object) -> None:
+        if self.liveness_ok_at is not None:
+            return  # liveness shown: clients stop so the replicas can converge
         rng = self.rng
         target = self.nodes[rng.choice(self.voters)]
         leaders = [n for n in self.nodes.values() if n.core is not None and n.core.role is Role.LEADER]
