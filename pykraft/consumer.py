@@ -183,6 +183,7 @@ class Consumer:
         state = self._state(tp)
         deadline = _now_ms() + (self.request_timeout_ms if timeout_ms is None else timeout_ms)
         while state.position is None or state.reset_to is not None:
+            self._refresh_metadata()
             self._resolve_positions()
             if state.position is not None and state.reset_to is None:
                 break

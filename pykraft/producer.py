@@ -221,6 +221,7 @@ class Producer:
         self._wakeup = threading.Condition(self._lock)
         self._metadata_ready = threading.Condition(self._lock)
         self._results: dict[int, _BatchResult] = {}
+        self._sticky_batches: dict[str, int | None] = {}  # topic -> first batch of its sticky partition
         self._responses: list[_Response] = []
         self._callbacks: list[tuple[FutureRecordMetadata, Callable]] = []  # to run outside the lock
         self._flushers = 0
@@ -261,8 +262,7 @@ class Producer:
             if result.new_batch:
                 self._results[result.batch_id] = _BatchResult(tp)
                 if key is None and partition is None:
-                    self._partitioner.on_new_batch(topic, tp.partition, num_partitions,
-                                                   self._metadata.available_partitions(topic))  # fmt: skip
+                    self._maybe_switch_sticky(tp, result.batch_id, num_partitions)
                 self._wakeup.notify()
             future = FutureRecordMetadata(
                 self._results[result.batch_id], result.record_index, timestamp,
@@ -271,6 +271,19 @@ class Producer:
         if on_delivery is not None:
             future.add_done_callback(lambda f: _deliver(f, on_delivery))
         return future
+
+    def _maybe_switch_sticky(self, tp: TopicPartition, batch_id: int, num_partitions: int) -> None:
+        """KIP-480: a null-key record opened a new batch because the sticky one was sent or full.
+
+        The first batch of a sticky choice is remembered; when a later record has to open another
+        one, the partitioner moves on (that record stays in the new batch: one record, not a batch).
+        """
+        if self._sticky_batches.get(tp.topic) is None:
+            self._sticky_batches[tp.topic] = batch_id
+            return
+        self._sticky_batches[tp.topic] = None
+        available = self._metadata.available_partitions(tp.topic)
+        self._partitioner.on_new_batch(tp.topic, tp.partition, num_partitions, available)
 
     def _choose_partition(
         self, topic: str, key: bytes | None, partition: int | None, num_partitions: int
