@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ START_TIMEOUT_S = 60.0
 RPC_TIMEOUT_S = 10.0
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05) -> object:
+def wait_for(
+    condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05
+) -> object:
     """Poll ``condition`` until truthy (returned) or fail naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
@@ -85,7 +88,9 @@ def running_cluster(data_dir: Path, brokers: int = 3, **overrides: str) -> Itera
     bc = BrokerCluster(cluster)
     try:
         cluster.start()
-        cluster.wait_until(lambda: all(cluster.healthy(n) for n in cluster.nodes), START_TIMEOUT_S, "every node healthy")
+        cluster.wait_until(
+            lambda: all(cluster.healthy(n) for n in cluster.nodes), START_TIMEOUT_S, "every node healthy"
+        )
         yield bc
     finally:
         bc.close()
@@ -110,6 +115,7 @@ class BrokerCluster:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
         self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()  # stubs are shared by producer/consumer threads
         self.admin = AdminClient(cluster.controller_addresses, timeout_s=30.0)
 
     def close(self) -> None:
@@ -124,9 +130,10 @@ class BrokerCluster:
 
     def stub(self, broker_id: int) -> broker_pb2_grpc.BrokerServiceStub:
         address = self.broker(broker_id).address
-        if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address)
-        return broker_pb2_grpc.BrokerServiceStub(self._channels[address])
+        with self._lock:
+            if address not in self._channels:
+                self._channels[address] = grpc.insecure_channel(address)
+            return broker_pb2_grpc.BrokerServiceStub(self._channels[address])
 
     def active_controller(self) -> NodeSpec:
         leader = self.admin.describe_quorum().leader_id
@@ -136,15 +143,18 @@ class BrokerCluster:
 
     def create_topic(self, name: str, partitions: int = 1, rf: int = 3, **configs: str) -> None:
         assignments = {p: [101 + (p + i) % rf for i in range(rf)] for p in range(partitions)}
-        self.admin.create_topic(name, configs={k.replace("_", "."): v for k, v in configs.items()},
-                                assignments=assignments)  # fmt: skip
+        self.admin.create_topic(
+            name, configs={k.replace("_", "."): v for k, v in configs.items()}, assignments=assignments
+        )
         wait_for(lambda: self.all_brokers_lead_or_follow(name, partitions), 30, f"{name} on every replica")
 
     def describe(self, topic: str, partition: int = 0) -> PartitionInfo:
         return self.admin.describe_topics([topic])[0].partitions[partition]
 
     def metadata(self, broker_id: int, topic: str, partition: int = 0) -> broker_pb2.PartitionMetadata | None:
-        response = self.stub(broker_id).Metadata(broker_pb2.MetadataRequest(topics=[topic]), timeout=RPC_TIMEOUT_S)
+        response = self.stub(broker_id).Metadata(
+            broker_pb2.MetadataRequest(topics=[topic]), timeout=RPC_TIMEOUT_S
+        )
         parts = {p.partition: p for p in response.topics[0].partitions}
         return parts.get(partition)
 
@@ -173,7 +183,16 @@ class BrokerCluster:
         return int(wait_for(found, timeout_s, f"a live leader of {topic}-{partition}"))
 
     def wait_isr(self, topic: str, isr: set[int], timeout_s: float = 30.0, partition: int = 0) -> None:
-        wait_for(lambda: set(self.describe(topic, partition).isr) == isr, timeout_s, f"ISR {sorted(isr)}")
+        """Until the controller committed ``isr`` and the leader acts on it (its metadata shows it)."""
+
+        def reached() -> bool:
+            info = self.describe(topic, partition)
+            if set(info.isr) != isr or info.leader < 0:
+                return False
+            md = self.metadata(info.leader, topic, partition)
+            return md is not None and set(md.isr) == isr
+
+        wait_for(reached, timeout_s, f"ISR {sorted(isr)} of {topic}-{partition}")
 
     # ---- data --------------------------------------------------------------------------------
 
@@ -191,26 +210,53 @@ class BrokerCluster:
         if leader_epoch is not None:
             data.current_leader_epoch = leader_epoch
         request = broker_pb2.ProduceRequest(
-            acks=acks, timeout_ms=timeout_ms, topics=[broker_pb2.TopicProduceData(name=topic, partitions=[data])]
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topics=[broker_pb2.TopicProduceData(name=topic, partitions=[data])],
         )
-        r = self.stub(broker_id).Produce(request, timeout=timeout_ms / 1000 + RPC_TIMEOUT_S).topics[0].partitions[0]
-        return Produced(ErrorCode(r.error.code), r.base_offset, r.error.message,
-                        r.current_leader.leader_id, r.current_leader.leader_epoch)  # fmt: skip
+        r = (
+            self.stub(broker_id)
+            .Produce(request, timeout=timeout_ms / 1000 + RPC_TIMEOUT_S)
+            .topics[0]
+            .partitions[0]
+        )
+        return Produced(
+            ErrorCode(r.error.code),
+            r.base_offset,
+            r.error.message,
+            r.current_leader.leader_id,
+            r.current_leader.leader_epoch,
+        )
 
     def produce(self, broker_id: int, topic: str, values: list[bytes], acks: int = -1, **kw) -> Produced:
         now = int(time.time() * 1000)
         return self.produce_raw(broker_id, topic, batch(values, now), acks=acks, **kw)
 
     def fetch(
-        self, broker_id: int, topic: str, offset: int, partition: int = 0, max_wait_ms: int = 0, min_bytes: int = 1,
-        max_bytes: int = 1 << 20, **fields: int,
-    ) -> broker_pb2.PartitionData:  # fmt: skip
-        part = broker_pb2.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes,
-                                         **fields)  # fmt: skip
-        request = broker_pb2.FetchRequest(
-            max_wait_ms=max_wait_ms, min_bytes=min_bytes, topics=[broker_pb2.FetchTopic(name=topic, partitions=[part])]
+        self,
+        broker_id: int,
+        topic: str,
+        offset: int,
+        partition: int = 0,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+        max_bytes: int = 1 << 20,
+        **fields: int,
+    ) -> broker_pb2.PartitionData:
+        part = broker_pb2.FetchPartition(
+            partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes, **fields
         )
-        return self.stub(broker_id).Fetch(request, timeout=max_wait_ms / 1000 + RPC_TIMEOUT_S).topics[0].partitions[0]
+        request = broker_pb2.FetchRequest(
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            topics=[broker_pb2.FetchTopic(name=topic, partitions=[part])],
+        )
+        return (
+            self.stub(broker_id)
+            .Fetch(request, timeout=max_wait_ms / 1000 + RPC_TIMEOUT_S)
+            .topics[0]
+            .partitions[0]
+        )
 
     def read_all(self, broker_id: int, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
         """Every committed record [log start, HW) as (offset, value), from ``broker_id`` (the leader)."""
@@ -218,7 +264,9 @@ class BrokerCluster:
         offset = 0
         while True:
             data = self.fetch(broker_id, topic, offset, partition)
-            assert data.error.code == 0, f"fetch at {offset}: {ErrorCode(data.error.code).name} {data.error.message}"
+            assert data.error.code == 0, (
+                f"fetch at {offset}: {ErrorCode(data.error.code).name} {data.error.message}"
+            )
             records = [(r.offset, r.value) for r in decode_records(data.records) if r.offset >= offset]
             out.extend(records)
             if not records:
@@ -229,7 +277,9 @@ class BrokerCluster:
 
     def high_watermark(self, broker_id: int, topic: str, partition: int = 0) -> int:
         part = broker_pb2.ListOffsetsPartition(partition=partition, spec=broker_pb2.LATEST)
-        request = broker_pb2.ListOffsetsRequest(topics=[broker_pb2.ListOffsetsTopic(name=topic, partitions=[part])])
+        request = broker_pb2.ListOffsetsRequest(
+            topics=[broker_pb2.ListOffsetsTopic(name=topic, partitions=[part])]
+        )
         r = self.stub(broker_id).ListOffsets(request, timeout=RPC_TIMEOUT_S).topics[0].partitions[0]
         assert r.error.code == 0, f"ListOffsets: {ErrorCode(r.error.code).name} {r.error.message}"
         return r.offset

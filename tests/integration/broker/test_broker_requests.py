@@ -72,21 +72,23 @@ def _with_codec(data: bytes, codec: int) -> bytes:
     return bytes(buf)
 
 
+E = ErrorCode
+ONE = batch([b"x"])
 # (id, topic, partition, target, records, acks, epoch delta or None, expected code)
 BAD_PRODUCES = [
-    ("unknown-topic", "no-such-topic", 0, "leader", batch([b"x"]), -1, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-    ("unknown-partition", TOPIC, 7, "leader", batch([b"x"]), -1, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-    ("not-leader", TOPIC, 0, "follower", batch([b"x"]), -1, None, ErrorCode.NOT_LEADER_OR_FOLLOWER),
-    ("stale-epoch", TOPIC, 0, "leader", batch([b"x"]), -1, -1, ErrorCode.FENCED_LEADER_EPOCH),
-    ("newer-epoch", TOPIC, 0, "leader", batch([b"x"]), -1, +1, ErrorCode.UNKNOWN_LEADER_EPOCH),
-    ("corrupt-crc", TOPIC, 0, "leader", _corrupt_crc(batch([b"x" * 20])), -1, None, ErrorCode.CORRUPT_MESSAGE),
-    ("truncated", TOPIC, 0, "leader", batch([b"x" * 20])[:-3], -1, None, ErrorCode.CORRUPT_MESSAGE),
-    ("empty", TOPIC, 0, "leader", b"", -1, None, ErrorCode.CORRUPT_MESSAGE),
-    ("oversize", TOPIC, 0, "leader", batch([bytes(MAX_MESSAGE_BYTES)]), -1, None, ErrorCode.MESSAGE_TOO_LARGE),
-    ("codec-5", TOPIC, 0, "leader", _with_codec(batch([b"x"]), 5), -1, None, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
-    ("codec-7", TOPIC, 0, "leader", _with_codec(batch([b"x"]), 7), 1, None, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
-    ("acks-2", TOPIC, 0, "leader", batch([b"x"]), 2, None, ErrorCode.INVALID_REQUIRED_ACKS),
-    ("acks-minus-2", TOPIC, 0, "leader", batch([b"x"]), -2, None, ErrorCode.INVALID_REQUIRED_ACKS),
+    ("unknown-topic", "no-such-topic", 0, "leader", ONE, -1, None, E.UNKNOWN_TOPIC_OR_PARTITION),
+    ("unknown-partition", TOPIC, 7, "leader", ONE, -1, None, E.UNKNOWN_TOPIC_OR_PARTITION),
+    ("not-leader", TOPIC, 0, "follower", ONE, -1, None, E.NOT_LEADER_OR_FOLLOWER),
+    ("stale-epoch", TOPIC, 0, "leader", ONE, -1, -1, E.FENCED_LEADER_EPOCH),
+    ("newer-epoch", TOPIC, 0, "leader", ONE, -1, +1, E.UNKNOWN_LEADER_EPOCH),
+    ("corrupt-crc", TOPIC, 0, "leader", _corrupt_crc(batch([b"x" * 20])), -1, None, E.CORRUPT_MESSAGE),
+    ("truncated", TOPIC, 0, "leader", batch([b"x" * 20])[:-3], -1, None, E.CORRUPT_MESSAGE),
+    ("empty", TOPIC, 0, "leader", b"", -1, None, E.CORRUPT_MESSAGE),
+    ("oversize", TOPIC, 0, "leader", batch([bytes(MAX_MESSAGE_BYTES)]), -1, None, E.MESSAGE_TOO_LARGE),
+    ("codec-5", TOPIC, 0, "leader", _with_codec(ONE, 5), -1, None, E.UNSUPPORTED_COMPRESSION_TYPE),
+    ("codec-7", TOPIC, 0, "leader", _with_codec(ONE, 7), 1, None, E.UNSUPPORTED_COMPRESSION_TYPE),
+    ("acks-2", TOPIC, 0, "leader", ONE, 2, None, E.INVALID_REQUIRED_ACKS),
+    ("acks-minus-2", TOPIC, 0, "leader", ONE, -2, None, E.INVALID_REQUIRED_ACKS),
 ]  # fmt: skip
 
 
@@ -119,7 +121,9 @@ def test_acks_zero_and_one_append(cluster: BrokerCluster) -> None:
     zero = cluster.produce(leader, TOPIC, [b"acks-0"], acks=0)
     assert (one.code, zero.code) == (ErrorCode.NONE, ErrorCode.NONE)
     assert zero.base_offset == one.base_offset + 1
-    wait_for(lambda: cluster.high_watermark(leader, TOPIC) > zero.base_offset, 10, "HW past the acks=0 record")
+    wait_for(
+        lambda: cluster.high_watermark(leader, TOPIC) > zero.base_offset, 10, "HW past the acks=0 record"
+    )
     records = dict(cluster.read_all(leader, TOPIC))
     assert (records[one.base_offset], records[zero.base_offset]) == (b"acks-1", b"acks-0")
 
@@ -150,7 +154,9 @@ def test_fetch_returns_only_committed_records_within_max_bytes(cluster: BrokerCl
     data = cluster.fetch(leader, TOPIC, first, max_bytes=1)
     records = decode_records(data.records)
     assert [r.offset for r in records] == [first], "one whole batch even when over max_bytes"
-    assert all(r.offset < data.high_watermark for r in decode_records(cluster.fetch(leader, TOPIC, 0).records))
+    assert all(
+        r.offset < data.high_watermark for r in decode_records(cluster.fetch(leader, TOPIC, 0).records)
+    )
 
 
 def test_long_poll_is_woken_by_a_produce(cluster: BrokerCluster) -> None:
@@ -195,7 +201,9 @@ def test_list_offsets_earliest_latest_and_by_timestamp(cluster: BrokerCluster) -
 
     def list_offset(spec: int, timestamp_ms: int = 0):
         part = broker_pb2.ListOffsetsPartition(partition=0, spec=spec, timestamp_ms=timestamp_ms)
-        request = broker_pb2.ListOffsetsRequest(topics=[broker_pb2.ListOffsetsTopic(name=TOPIC, partitions=[part])])
+        request = broker_pb2.ListOffsetsRequest(
+            topics=[broker_pb2.ListOffsetsTopic(name=TOPIC, partitions=[part])]
+        )
         return cluster.stub(leader).ListOffsets(request, timeout=10).topics[0].partitions[0]
 
     assert list_offset(broker_pb2.EARLIEST).offset == 0

@@ -1,0 +1,236 @@
+"""Replication across real broker processes (3 controllers + 3 brokers, one cluster for the module).
+
+DESIGN.md "Core rules": the leader's HW is min(LEO over the ISR); a follower that does not catch up
+within replica.lag.time.max.ms leaves the ISR (AlterPartition) and rejoins once its LEO reaches the
+HW; acks=all needs |ISR| >= min.insync.replicas and is answered when the HW passes the batch; a
+replica that becomes follower truncates by leader epoch, never to its HW. Each test leaves every node
+running and every ISR full, so the next one starts from a healthy cluster; the last one stops the
+cluster and compares the replicas' log files.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from broker_cluster import BrokerCluster, running_cluster, wait_for
+
+from proto.errors import ErrorCode
+from storage.log import Log
+from storage.record_batch import decode_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BROKERS = (101, 102, 103)
+RETRIABLE_PRODUCE = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    with running_cluster(Path(tmp_path_factory.mktemp("broker-replication"))) as bc:
+        yield bc
+
+
+class Workload:
+    """A producer thread (acks=all, a new value per request, never retried) and a consumer thread
+    (reads the committed log from the current leader), both following leader changes."""
+
+    def __init__(self, cluster: BrokerCluster, topic: str) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.acked: dict[int, bytes] = {}  # offset -> value, acknowledged acks=all
+        self.seen: dict[int, bytes] = {}  # offset -> value, returned to the consumer (below the HW)
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.leader = cluster.leader(topic)
+        self._threads = [threading.Thread(target=self._produce), threading.Thread(target=self._consume)]
+
+    def __enter__(self) -> Workload:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(30)
+        assert not any(t.is_alive() for t in self._threads), "workload threads did not stop"
+
+    def _refresh_leader(self) -> None:
+        for broker_id in BROKERS:
+            if not self.cluster.cluster.is_running(self.cluster.broker(broker_id)):
+                continue
+            try:
+                md = self.cluster.metadata(broker_id, self.topic)
+            except grpc.RpcError:
+                continue
+            if md is not None and md.leader_id > 0:
+                self.leader = md.leader_id
+                return
+        time.sleep(0.05)
+
+    def _produce(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            values = [f"v{n}-{i}".encode() for i in range(3)]
+            n += 1
+            try:
+                result = self.cluster.produce(self.leader, self.topic, values, timeout_ms=3000)
+            except grpc.RpcError:
+                self._refresh_leader()
+                continue
+            if result.code == ErrorCode.NONE:
+                for i, value in enumerate(values):
+                    self.acked[result.base_offset + i] = value
+            elif result.code in RETRIABLE_PRODUCE:
+                self._refresh_leader()
+            else:
+                self.errors.append(f"produce: {result.code.name} {result.message}")
+
+    def _consume(self) -> None:
+        position = 0
+        while not self.stop.is_set():
+            try:
+                data = self.cluster.fetch(self.leader, self.topic, position, max_wait_ms=200)
+            except grpc.RpcError:
+                self._refresh_leader()
+                continue
+            if data.error.code != ErrorCode.NONE:
+                self._refresh_leader()
+                continue
+            for record in decode_records(data.records):
+                if record.offset >= position:
+                    assert record.offset < data.high_watermark, "a consumer got a record at or above the HW"
+                    self.seen[record.offset] = record.value
+                    position = record.offset + 1
+
+    def acked_count(self) -> int:
+        return len(self.acked)
+
+    def wait_progress(self, more: int, timeout_s: float = 30.0) -> None:
+        target = self.acked_count() + more
+        wait_for(lambda: self.acked_count() >= target, timeout_s, f"{more} more acknowledged records")
+
+
+def _verify(cluster: BrokerCluster, topic: str, workload: Workload) -> None:
+    """Every acked record at its offset, offsets contiguous, nothing a consumer saw was truncated."""
+    leader = cluster.leader(topic)
+    final = cluster.read_all(leader, topic)
+    offsets = [offset for offset, _ in final]
+    assert offsets == list(range(len(final))), "offsets are not contiguous"
+    log = dict(final)
+    lost = {o: v for o, v in workload.acked.items() if log.get(o) != v}
+    assert not lost, f"{len(lost)} acknowledged records lost or moved, e.g. {sorted(lost.items())[:3]}"
+    changed = {o: v for o, v in workload.seen.items() if log.get(o) != v}
+    assert not changed, (
+        f"consumers saw {len(changed)} records later truncated, e.g. {sorted(changed.items())[:3]}"
+    )
+    assert len(set(log.values())) == len(log), "a record appears twice"
+    assert not workload.errors, workload.errors[:5]
+
+
+def test_acked_records_survive_leader_kills(cluster: BrokerCluster) -> None:
+    """SIGKILL the partition leader three times while producing acks=all (once together with the
+    active controller); killed brokers restart, truncate by epoch, catch up and rejoin the ISR.
+    Afterwards every acknowledged record is at its offset, offsets are contiguous, and no consumer
+    saw a record that was later truncated. Preferred election then moves the leadership back."""
+    topic = "failover"
+    cluster.create_topic(topic, min_insync_replicas="2")
+    with Workload(cluster, topic) as workload:
+        workload.wait_progress(30)
+        for round_ in range(3):
+            leader = cluster.leader(topic)
+            victims = [cluster.broker(leader)]
+            if round_ == 1:
+                victims.append(cluster.active_controller())
+            for spec in victims:
+                cluster.cluster.kill_node(spec)
+            new_leader = cluster.leader(topic)
+            assert new_leader != leader
+            workload.wait_progress(30)  # acks=all keeps working with 2 in sync
+            for spec in victims:
+                cluster.cluster.start_node(spec)
+            cluster.wait_isr(topic, set(BROKERS), timeout_s=45)
+            workload.wait_progress(15)
+    _verify(cluster, topic, workload)
+    assert len(workload.acked) >= 150
+    wait_for(lambda: cluster.admin.elect_leaders("preferred", [(topic, 0)]) is not None
+             and cluster.describe(topic).leader == 101, 30, "preferred leader 101 back")  # fmt: skip
+    assert cluster.leader(topic) == 101
+
+
+def test_stalled_follower_holds_the_hw_until_it_leaves_the_isr(cluster: BrokerCluster) -> None:
+    """SIGSTOP one follower: the HW stops at its LEO until replica.lag.time.max.ms drops it from the
+    ISR, then moves on. With only the leader left in sync, acks=all gets NOT_ENOUGH_REPLICAS (nothing
+    appended) and acks=1 still works. SIGCONT: the followers catch up and rejoin the ISR."""
+    topic = "stall"
+    cluster.create_topic(topic, min_insync_replicas="2")
+    leader = cluster.leader(topic)
+    first, second = [b for b in BROKERS if b != leader]
+    assert cluster.produce(leader, topic, [b"r0", b"r1"]).code == ErrorCode.NONE
+    hw = cluster.high_watermark(leader, topic)
+    assert hw == 2
+    stopped = []
+    try:
+        cluster.cluster.signal_node(cluster.broker(first), signal.SIGSTOP)
+        stopped.append(first)
+        r = cluster.produce(leader, topic, [b"r2", b"r3"], acks=1)
+        assert (r.code, r.base_offset) == (ErrorCode.NONE, 2)
+        assert cluster.high_watermark(leader, topic) == hw, "HW moved past the stalled follower's LEO"
+        cluster.wait_isr(topic, {leader, second}, timeout_s=20)
+        wait_for(lambda: cluster.high_watermark(leader, topic) == 4, 10, "HW past the stalled follower")
+        assert cluster.produce(leader, topic, [b"r4"]).code == ErrorCode.NONE  # acks=all, ISR of 2
+
+        cluster.cluster.signal_node(cluster.broker(second), signal.SIGSTOP)
+        stopped.append(second)
+        cluster.wait_isr(topic, {leader}, timeout_s=20)
+        refused = cluster.produce(leader, topic, [b"refused"])
+        assert refused.code == ErrorCode.NOT_ENOUGH_REPLICAS, refused
+        one = cluster.produce(leader, topic, [b"r5"], acks=1)
+        assert (one.code, one.base_offset) == (ErrorCode.NONE, 5), "NOT_ENOUGH_REPLICAS appended something"
+        wait_for(lambda: cluster.high_watermark(leader, topic) == 6, 10, "HW with an ISR of one")
+    finally:
+        for broker_id in stopped:
+            cluster.cluster.signal_node(cluster.broker(broker_id), signal.SIGCONT)
+    cluster.wait_isr(topic, set(BROKERS), timeout_s=30)
+    assert cluster.produce(leader, topic, [b"r6"]).code == ErrorCode.NONE
+    assert [v for _, v in cluster.read_all(leader, topic)] == [f"r{i}".encode() for i in range(7)]
+
+
+def test_replicas_hold_identical_logs(cluster: BrokerCluster) -> None:
+    """After a clean stop every replica's log holds the same records at the same offsets."""
+    topics = ("failover", "stall")
+    hws = {t: cluster.high_watermark(cluster.leader(t), t) for t in topics}
+    for t in topics:
+        for b in BROKERS:  # wait until each follower has fetched the leader's HW
+            wait_for(lambda t=t: cluster.high_watermark(cluster.leader(t), t) == hws[t], 10, "stable HW")
+    graceful = cluster.cluster.down(timeout_s=20.0)
+    assert all(graceful.values()), graceful
+    for t in topics:
+        logs = {}
+        for b in BROKERS:
+            log = Log(cluster.cluster.data_dir / f"broker-{b}" / f"{t}-0")
+            try:
+                logs[b] = [
+                    (r.offset, r.value) for r in decode_records(log.read(0, 1 << 30, max_offset=hws[t]))
+                ]
+                while logs[b] and logs[b][-1][0] + 1 < hws[t]:
+                    more = log.read(logs[b][-1][0] + 1, 1 << 30, max_offset=hws[t])
+                    logs[b].extend((r.offset, r.value) for r in decode_records(more))
+            finally:
+                log.close()
+        assert logs[101] == logs[102] == logs[103], f"{t}: replicas differ below HW {hws[t]}"
+        assert len(logs[101]) == hws[t]
