@@ -104,10 +104,12 @@ class RaftLog:
         """Append entries that follow ``last_index`` directly."""
         if not entries:
             return
-        assert entries[0].index == self.last_index + 1, (
-            f"append at {entries[0].index} but last_index is {self.last_index}"
-        )
-        assert entries[0].term >= self.last_term, f"term {entries[0].term} after {self.last_term}"
+        prev_index, prev_term = self.last_index, self.last_term
+        for entry in entries:
+            assert entry.index == prev_index + 1 and entry.term >= prev_term, (
+                f"entry ({entry.index}, t{entry.term}) cannot follow ({prev_index}, t{prev_term})"
+            )
+            prev_index, prev_term = entry.index, entry.term
         self._entries.extend(entries)
 
     def truncate_from(self, index: int) -> None:
@@ -153,14 +155,16 @@ class RaftLog:
         self.persisted_index = meta.last_index
 
     def invariants(self) -> None:
-        first = self.first_index
-        for i, entry in enumerate(self._entries):
-            assert entry.index == first + i, f"entry {i} has index {entry.index}, expected {first + i}"
-        terms = [e.term for e in self._entries]
-        assert terms == sorted(terms), f"terms decrease in the log: {terms}"
-        assert not terms or terms[0] >= self.snapshot_meta.last_term, (
-            f"first term {terms[0]} below snapshot term {self.snapshot_meta.last_term}"
-        )
+        """O(1) checks: ``append`` asserts contiguity and non-decreasing terms entry by entry."""
+        first, entries = self.first_index, self._entries
+        if entries:
+            last = first + len(entries) - 1
+            assert entries[0].index == first and entries[-1].index == last, (
+                f"entries span {entries[0].index}..{entries[-1].index}, expected {first}..{last}"
+            )
+            assert entries[0].term >= self.snapshot_meta.last_term, (
+                f"first term {entries[0].term} below snapshot term {self.snapshot_meta.last_term}"
+            )
         assert self.snapshot_meta.last_index <= self.persisted_index <= self.last_index, (
             f"persisted {self.persisted_index} outside [{self.snapshot_meta.last_index}, {self.last_index}]"
         )

@@ -39,7 +39,7 @@ from raft.messages import (
 )
 
 ELECTION_TIMEOUT_MIN_MS = 100
-HEARTBEAT_INTERVAL_MS = 30
+HEARTBEAT_INTERVAL_MS = 40
 SNAPSHOT_CHUNK_BYTES = 24  # tiny, so snapshots travel in several chunks
 LIVENESS_BOUND_MS = 3_000  # after faults stop: a leader and a fresh commit within this
 CONVERGENCE_BOUND_MS = 3_000  # then every node applies the leader's commit index within this
@@ -79,7 +79,7 @@ class Faults:
             delay_max_ms=rng.choice((2, 10, 40)),
             partitions=rng.random() < 0.6,
             crashes=rng.random() < 0.6,
-            fault_phase_ms=rng.choice((600, 1_000, 1_500)),
+            fault_phase_ms=rng.choice((400, 700, 1_000)),
             snapshot_every_ms=rng.choice((80, 250, 10_000)),
             transfer_every_ms=rng.choice((300, 10_000)),
             fsync_max_ms=rng.choice((1, 4, 15)),

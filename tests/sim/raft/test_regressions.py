@@ -10,23 +10,41 @@ from __future__ import annotations
 import pytest
 
 from raft import core, raft_log
-from tests.sim.raft.sim import SimFailure, run_seed
+from tests.sim.raft.sim import Faults, SimFailure, Simulation, run_seed
 
 pytestmark = pytest.mark.sim
 
+# The fault mix is pinned next to the seed: a seed alone replays exactly only on the simulator version
+# that found it, while a pinned mix keeps exercising the same kind of schedule after the simulator changes.
+SLOW_CATCH_UP = Faults(
+    voters=3, observers=0, drop=0.25, duplicate=0.0, delay_max_ms=40, partitions=True, crashes=False,
+    fault_phase_ms=1500, snapshot_every_ms=250, transfer_every_ms=10000, fsync_max_ms=15,
+    fault_every_ms=150, election_spread_ms=100, max_entries_per_append=1,
+)  # fmt: skip
+CRASHY_SLOW_NETWORK = Faults(
+    voters=3, observers=0, drop=0.0, duplicate=0.0, delay_max_ms=40, partitions=True, crashes=True,
+    fault_phase_ms=1500, snapshot_every_ms=80, transfer_every_ms=10000, fsync_max_ms=15, fault_every_ms=60,
+    election_spread_ms=100, max_entries_per_append=1,
+)  # fmt: skip
+FIVE_VOTERS_AND_OBSERVER = Faults(
+    voters=5, observers=1, drop=0.0, duplicate=0.02, delay_max_ms=40, partitions=False, crashes=True,
+    fault_phase_ms=600, snapshot_every_ms=10000, transfer_every_ms=10000, fsync_max_ms=15,
+    fault_every_ms=300, election_spread_ms=100, max_entries_per_append=1,
+)  # fmt: skip
+
 REGRESSION_SEEDS = [
-    # (seed, what it found)
-    (294, "1-entry appends, 25% loss: a lagging follower never caught up while clients kept proposing"),
-    (431, "frequent crashes with 80 ms RTT: convergence phase must stop the clients first"),
-    (462, "5 voters + observer, 1-entry appends: catch-up slower than the proposal rate"),
+    # (seed, pinned fault mix, what it found)
+    (294, SLOW_CATCH_UP, "a lagging follower never converged while clients kept proposing (sim fix)"),
+    (431, CRASHY_SLOW_NETWORK, "convergence must stop the clients first (sim fix)"),
+    (462, FIVE_VOTERS_AND_OBSERVER, "catch-up with 1-entry appends slower than the proposal rate (sim fix)"),
 ]
 
 
 @pytest.mark.parametrize(
-    "seed", [s for s, _ in REGRESSION_SEEDS], ids=[f"seed-{s}" for s, _ in REGRESSION_SEEDS]
+    ("seed", "faults"), [r[:2] for r in REGRESSION_SEEDS], ids=[f"seed-{r[0]}" for r in REGRESSION_SEEDS]
 )
-def test_regression_seed(seed: int) -> None:
-    run_seed(seed)
+def test_regression_seed(seed: int, faults: Faults) -> None:
+    Simulation(seed, faults).run()
 
 
 def _vote_before_persist(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,18 +79,22 @@ def _minority_quorum(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 MUTANTS = [
-    # (id, how the core is broken, seed that catches it, words expected in the failure)
-    ("vote-before-persist-5.2", _vote_before_persist, 1, "grants a vote before persisting"),
-    ("commit-unpersisted-own-entry", _count_unpersisted, 0, "have it on disk"),
-    ("vote-for-stale-log-5.4.1", _grant_any_log, 5, "Leader Completeness"),
-    ("minority-quorum", _minority_quorum, 0, "Election Safety"),
+    # (id, how the core is broken, words expected in the failure)
+    ("vote-before-persist-5.2", _vote_before_persist, "grants a vote before persisting"),
+    ("commit-unpersisted-own-entry", _count_unpersisted, "have it on disk"),
+    ("vote-for-stale-log-5.4.1", _grant_any_log, "Leader Completeness"),
+    ("minority-quorum", _minority_quorum, "Election Safety"),
 ]
+MUTANT_SEEDS = range(60)  # each mutant is caught within the first few seeds; 60 leaves slack
 
 
-@pytest.mark.parametrize(
-    ("mutate", "seed", "expected"), [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS]
-)
-def test_the_simulation_catches_a_broken_core(monkeypatch, mutate, seed: int, expected: str) -> None:
+@pytest.mark.parametrize(("mutate", "expected"), [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS])
+def test_the_simulation_catches_a_broken_core(monkeypatch, mutate, expected: str) -> None:
     mutate(monkeypatch)
-    with pytest.raises(SimFailure, match=expected):
-        run_seed(seed)
+    for seed in MUTANT_SEEDS:
+        try:
+            run_seed(seed)
+        except SimFailure as exc:
+            assert expected in str(exc), f"seed {seed} failed for another reason: {exc}"
+            return
+    pytest.fail(f"no seed in {MUTANT_SEEDS} noticed the broken core (expected {expected!r})")
