@@ -18,7 +18,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/pykraft/venv/bin:$PATH
 RUN python3 -m venv /opt/pykraft/venv \
- && useradd --system --uid 10001 --user-group --home-dir /var/lib/pykraft --create-home pykraft \
+ && useradd --uid 10001 --user-group --home-dir /var/lib/pykraft --create-home pykraft \
  && mkdir -p /var/lib/pykraft/data \
  && chown -R pykraft:pykraft /var/lib/pykraft
 WORKDIR /opt/pykraft/src

@@ -1,0 +1,356 @@
+"""Deploy with Docker Compose: compose.yaml's 3 controllers and 3 brokers as containers.
+
+The rule under test (issue 9): `docker compose up` of the top-level compose.yaml gives a working
+quorum — health checks pass in order, a topic created through a controller's published admin port
+gets leaders on the brokers, records produced with acks=all are committed, and after one broker
+container is stopped every acknowledged record is still read back, from the new leaders.
+
+Steps: start a Docker engine with scripts/docker-engine.sh when none answers (skip, with the
+script's reason, when none can start: no root, apt failing, ...), make the debootstrap base image
+(cached), build `pykraft:local` from the Dockerfile (layer-cached between runs), then testcontainers'
+``DockerCompose`` runs `up --wait` with free host ports in an env file and `down --volumes` at the
+end, also on failure. An engine this test started is stopped by its pid.
+
+Networking: brokers advertise ``broker-N:PORT`` (their compose service name) and listen on the same
+PORT that is published on 127.0.0.1, so this test — a client outside the compose network — maps each
+advertised ``broker-N:PORT`` to ``127.0.0.1:PORT`` (what an /etc/hosts line does for a user).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from proto import broker_pb2, broker_pb2_grpc
+from proto.errors import ErrorCode
+from pykraft.admin import AdminClient
+from storage.record_batch import build_batch, decode_records
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE_SCRIPT = ROOT / "scripts" / "docker-engine.sh"
+BASE_IMAGE_SCRIPT = ROOT / "scripts" / "docker-base-image.sh"
+EXIT_CANNOT_START = 3  # both scripts: "no engine / no base image can be made here"
+IMAGE = "pykraft:local"
+BASE_IMAGE = "pykraft-base:local"
+ENGINE_TIMEOUT_S = 900  # may apt-get install docker.io on a fresh machine
+BASE_IMAGE_TIMEOUT_S = 600  # debootstrap: 1-4 minutes
+BUILD_TIMEOUT_S = 900  # first build ~2-5 minutes (pip downloads wheels); cached: seconds
+COMPOSE_TIMEOUT_S = 240
+RPC_TIMEOUT_S = 10.0
+TOPIC = "compose-demo"
+PARTITIONS = 3
+BROKER_IDS = (101, 102, 103)
+BATCHES_BEFORE, BATCHES_AFTER, RECORDS_PER_BATCH = 4, 3, 50
+
+CONTROLLER_OVERRIDES = (
+    "default.replication.factor=3 num.partitions=3 broker.session.timeout.ms=4000 "
+    "controller.quorum.election.timeout.ms=1000 controller.quorum.heartbeat.interval.ms=100"
+)
+BROKER_OVERRIDES = (
+    "min.insync.replicas=2 replica.lag.time.max.ms=4000 broker.heartbeat.interval.ms=500 "
+    "replica.fetch.max.wait.ms=200 request.timeout.ms=10000 controlled.shutdown.timeout.ms=15000"
+)
+
+
+def _run(cmd: list[str], timeout_s: float, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.2) -> object:
+    """Poll ``condition`` until truthy (returned); after the deadline fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except (grpc.RpcError, OSError) as exc:
+            value, last_error = None, exc
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last error: {last_error})")
+
+
+def free_ports(n: int) -> list[int]:
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+# ---- engine and image ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def docker_host() -> Iterator[str]:
+    """A Docker engine's DOCKER_HOST, started by scripts/docker-engine.sh if none answers."""
+    was_running = _run([str(ENGINE_SCRIPT), "status"], 30).returncode == 0
+    started = time.monotonic()
+    result = _run([str(ENGINE_SCRIPT), "start"], ENGINE_TIMEOUT_S)
+    if result.returncode == EXIT_CANNOT_START:
+        pytest.skip(f"no Docker engine: {_last_line(result.stderr)}")
+    assert result.returncode == 0, f"docker-engine.sh start failed: {result.stderr[-2000:]}"
+    host = _last_line(result.stdout).removeprefix("DOCKER_HOST=")
+    print(f"docker engine {host} ready in {time.monotonic() - started:.1f} s (was running: {was_running})")
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = host  # testcontainers and `docker compose` read it
+    try:
+        yield host
+    finally:
+        if previous is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = previous
+        if not was_running:
+            stop = _run([str(ENGINE_SCRIPT), "stop"], 90)
+            assert stop.returncode == 0, f"docker-engine.sh stop failed: {stop.stderr[-1000:]}"
+
+
+@pytest.fixture(scope="module")
+def image(docker_host: str) -> str:
+    """pykraft:local built on the debootstrap base (both cached between runs on one machine)."""
+    started = time.monotonic()
+    base = _run([str(BASE_IMAGE_SCRIPT), BASE_IMAGE], BASE_IMAGE_TIMEOUT_S)
+    if base.returncode == EXIT_CANNOT_START:
+        pytest.skip(f"cannot make the base image: {_last_line(base.stderr)}")
+    assert base.returncode == 0, f"docker-base-image.sh failed: {base.stderr[-3000:]}"
+    built_base = time.monotonic()
+    build = _run(
+        ["docker", "build", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "--target", "runtime",
+         "-t", IMAGE, "."],
+        BUILD_TIMEOUT_S,
+    )  # fmt: skip
+    assert build.returncode == 0, f"docker build failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}"
+    print(f"base image {built_base - started:.1f} s, docker build {time.monotonic() - built_base:.1f} s")
+    return IMAGE
+
+
+# ---- the compose stack ----------------------------------------------------------------------------
+
+
+class Stack:
+    """The running compose project as the test sees it: published ports and gRPC stubs to brokers."""
+
+    def __init__(self, compose, controller_ports: list[int], broker_ports: dict[int, int]) -> None:
+        self.compose = compose
+        self.controller_ports = controller_ports
+        self.broker_ports = broker_ports  # broker id -> the port it advertises, listens on and publishes
+        self.admin = AdminClient(",".join(f"127.0.0.1:{p}" for p in controller_ports), timeout_s=60.0)
+        self._channels: dict[str, grpc.Channel] = {}
+        self.stopped: set[int] = set()
+
+    def close(self) -> None:
+        self.admin.close()
+        for channel in self._channels.values():
+            channel.close()
+
+    @staticmethod
+    def service(broker_id: int) -> str:
+        return f"broker-{broker_id - 100}"
+
+    def published(self, advertised_host: str, port: int) -> str:
+        """An advertised broker endpoint, as reached from the host (the published port on 127.0.0.1)."""
+        known = {(self.service(b), p) for b, p in self.broker_ports.items()}
+        assert (advertised_host, port) in known, f"unexpected advertised endpoint {advertised_host}:{port}"
+        return f"127.0.0.1:{port}"
+
+    def stub(self, broker_id: int) -> broker_pb2_grpc.BrokerServiceStub:
+        address = self.published(self.service(broker_id), self.broker_ports[broker_id])
+        if address not in self._channels:
+            self._channels[address] = grpc.insecure_channel(address)
+        return broker_pb2_grpc.BrokerServiceStub(self._channels[address])
+
+    def live_brokers(self) -> list[int]:
+        return [b for b in BROKER_IDS if b not in self.stopped]
+
+    def metadata(self, broker_id: int) -> broker_pb2.MetadataResponse:
+        return self.stub(broker_id).Metadata(
+            broker_pb2.MetadataRequest(topics=[TOPIC]), timeout=RPC_TIMEOUT_S
+        )
+
+    def leaders(self) -> dict[int, int] | None:
+        """partition -> leader, when every live broker agrees and every leader is live; else None."""
+        views = []
+        for b in self.live_brokers():
+            response = self.metadata(b)
+            for endpoint in response.brokers:  # every advertised endpoint maps to a published port
+                self.published(endpoint.host, endpoint.port)
+            topic = response.topics[0]
+            if topic.error.code != ErrorCode.NONE or len(topic.partitions) != PARTITIONS:
+                return None
+            views.append({p.partition: (p.leader_id, p.leader_epoch) for p in topic.partitions})
+        if any(view != views[0] for view in views):
+            return None
+        leaders = {p: leader for p, (leader, _) in views[0].items()}
+        return leaders if all(leader in self.live_brokers() for leader in leaders.values()) else None
+
+    def produce(self, leader: int, partition: int, values: list[bytes]) -> tuple[ErrorCode, int, str]:
+        now = int(time.time() * 1000)
+        records = build_batch([(None, v, (), now) for v in values])
+        data = broker_pb2.PartitionProduceData(partition=partition, records=records)
+        request = broker_pb2.ProduceRequest(
+            acks=-1, timeout_ms=10_000, topics=[broker_pb2.TopicProduceData(name=TOPIC, partitions=[data])]
+        )
+        r = self.stub(leader).Produce(request, timeout=10 + RPC_TIMEOUT_S).topics[0].partitions[0]
+        return ErrorCode(r.error.code), r.base_offset, r.error.message
+
+    def produce_acked(self, partition: int, values: list[bytes]) -> int:
+        """Produce with acks=all to the current leader, retrying retriable errors; the base offset."""
+
+        def attempt() -> int | None:
+            leaders = self.leaders()
+            if leaders is None:
+                return None
+            code, base_offset, message = self.produce(leaders[partition], partition, values)
+            if code == ErrorCode.NONE:
+                return base_offset + 1  # +1: offset 0 must count as success
+            assert code in {
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT,
+                ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.LEADER_NOT_AVAILABLE,
+            }, f"produce to {TOPIC}-{partition}: {code.name}: {message}"  # fmt: skip
+            return None
+
+        return int(wait_for(attempt, 60, f"an acks=all produce to {TOPIC}-{partition}")) - 1
+
+    def read_committed(self, partition: int) -> list[tuple[int, bytes]]:
+        """Every committed record of ``partition`` as (offset, value), fetched from its live leader."""
+        leaders = wait_for(self.leaders, 60, "agreed, live leaders")
+        stub = self.stub(leaders[partition])
+        out: list[tuple[int, bytes]] = []
+        offset = 0
+        while True:
+            part = broker_pb2.FetchPartition(
+                partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20
+            )
+            request = broker_pb2.FetchRequest(
+                max_wait_ms=0,
+                min_bytes=1,
+                max_bytes=4 << 20,
+                topics=[broker_pb2.FetchTopic(name=TOPIC, partitions=[part])],
+            )
+            data = stub.Fetch(request, timeout=RPC_TIMEOUT_S).topics[0].partitions[0]
+            assert data.error.code == ErrorCode.NONE, (
+                f"fetch {TOPIC}-{partition}@{offset}: {ErrorCode(data.error.code).name} {data.error.message}"
+            )
+            records = [(r.offset, r.value) for r in decode_records(data.records) if r.offset >= offset]
+            out.extend(records)
+            if not records:
+                assert offset >= data.high_watermark, f"no records at {offset} below HW {data.high_watermark}"
+                return out
+            offset = records[-1][0] + 1
+
+    @contextlib.contextmanager
+    def logs_on_failure(self) -> Iterator[None]:
+        """On an error, print the containers' last log lines (pytest shows them with the failure)."""
+        try:
+            yield
+        except BaseException as exc:
+            if isinstance(exc, subprocess.CalledProcessError):
+                print(f"{exc.cmd} failed: {(exc.stderr or b'').decode(errors='replace')[-3000:]}")
+            logs = _run([*self.compose.docker_compose_command(), "logs", "--no-color", "--tail", "40"], 60)
+            print(logs.stdout[-12000:])
+            raise
+
+    def stop_broker(self, broker_id: int) -> None:
+        cmd = [*self.compose.docker_compose_command(), "stop", self.service(broker_id)]
+        result = _run(cmd, 120)
+        assert result.returncode == 0, f"{' '.join(cmd)} failed: {result.stderr[-2000:]}"
+        self.stopped.add(broker_id)
+
+
+@pytest.fixture
+def stack(image: str, tmp_path: Path) -> Iterator[Stack]:
+    from testcontainers.compose import DockerCompose
+
+    ports = free_ports(6)
+    controller_ports, broker_port_list = ports[:3], ports[3:]
+    env_file = tmp_path / "compose.env"
+    lines = {
+        "PYKRAFT_COMPOSE_PROJECT": f"pykraft-test-{os.getpid()}",
+        "PYKRAFT_IMAGE": image,
+        "PYKRAFT_BASE": BASE_IMAGE,
+        "PYKRAFT_CONTROLLER_OVERRIDES": CONTROLLER_OVERRIDES,
+        "PYKRAFT_BROKER_OVERRIDES": BROKER_OVERRIDES,
+        **{f"PYKRAFT_CONTROLLER_PORT_{i + 1}": str(p) for i, p in enumerate(controller_ports)},
+        **{f"PYKRAFT_BROKER_PORT_{i + 1}": str(p) for i, p in enumerate(broker_port_list)},
+    }
+    env_file.write_text("".join(f'{k}="{v}"\n' for k, v in lines.items()))
+    compose = DockerCompose(context=ROOT, compose_file_name="compose.yaml", env_file=str(env_file), wait=True)
+    started = time.monotonic()
+    stack = Stack(compose, controller_ports, dict(zip(BROKER_IDS, broker_port_list, strict=True)))
+    try:
+        with stack.logs_on_failure():
+            compose.start()  # `up --wait`: every service healthy, in depends_on order
+        print(f"compose up --wait: {time.monotonic() - started:.1f} s")
+        yield stack
+    finally:
+        stack.close()
+        compose.stop()  # `down --volumes`
+
+
+def test_compose_quorum_survives_a_stopped_broker(stack: Stack) -> None:
+    """Acknowledged (acks=all, min.insync.replicas=2) records survive stopping one broker container."""
+    with stack.logs_on_failure():
+        _produce_stop_broker_and_read_back(stack)
+
+
+def _produce_stop_broker_and_read_back(stack: Stack) -> None:
+    stack.admin.create_topic(TOPIC, num_partitions=PARTITIONS, replication_factor=3,
+                             configs={"min.insync.replicas": "2"})  # fmt: skip
+    description = stack.admin.describe_topics([TOPIC])[0]
+    assert [len(p.replicas) for p in description.partitions] == [3] * PARTITIONS, description
+    leaders_before = wait_for(stack.leaders, 60, f"leaders of {TOPIC} agreed by every broker")
+
+    acked: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+
+    def produce_round(tag: str, batches: int) -> None:
+        for p in range(PARTITIONS):
+            for b in range(batches):
+                values = [f"{tag}-p{p}-b{b}-r{r}".encode() for r in range(RECORDS_PER_BATCH)]
+                base_offset = stack.produce_acked(p, values)
+                assert base_offset == len(acked[p]), (
+                    f"partition {p}: base offset {base_offset}, expected {len(acked[p])}"
+                )
+                acked[p].extend(values)
+
+    produce_round("before", BATCHES_BEFORE)
+    victim = leaders_before[0]
+    stack.stop_broker(victim)
+    leaders_after = wait_for(stack.leaders, 60, f"new leaders after stopping broker {victim}")
+    assert victim not in leaders_after.values(), leaders_after
+    produce_round("after", BATCHES_AFTER)
+
+    for p in range(PARTITIONS):
+        committed = stack.read_committed(p)
+        assert [offset for offset, _ in committed] == list(range(len(committed))), (
+            f"partition {p}: offset gap"
+        )
+        assert [value for _, value in committed] == acked[p], (
+            f"partition {p}: read {len(committed)} records, acknowledged {len(acked[p])}"
+        )
+    isr = {p.partition: set(p.isr) for p in stack.admin.describe_topics([TOPIC])[0].partitions}
+    assert all(victim not in members and len(members) >= 2 for members in isr.values()), isr
