@@ -1,0 +1,283 @@
+"""ReplicaManager wiring, in process: real partition logs (storage.log.Log) under tmp_path, real
+Partition/ReplicaFetcher/purgatory cores, and a metadata image changed record by record. Followers
+replicate when the test says so (``Harness.replicate``), so every interleaving is explicit.
+
+Rules under test (DESIGN.md "Core rules", issue 5 §2-3): acks=all is answered when the HW passes the
+batch, REQUEST_TIMED_OUT at the deadline, NOT_LEADER_OR_FOLLOWER when leadership is lost;
+NOT_ENOUGH_REPLICAS appends nothing; a consumer long poll is woken when the HW moves; a new follower
+truncates by leader epoch, never to its HW — both KIP-101 scenarios lose nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
+from broker.replica_manager import (
+    TP,
+    FetchRequestPartition,
+    ProduceRequestPartition,
+    ReplicaManager,
+)
+from metadata.image import MetadataImage
+from metadata.records import (
+    ConfigRecord,
+    ConfigResourceType,
+    Endpoint,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+)
+from proto.errors import ErrorCode
+from storage.record_batch import build_batch, decode_records
+
+TOPIC, TOPIC_ID = "t", "topic-id-t"
+KEY: TP = (TOPIC, 0)
+BROKERS = (101, 102, 103)
+LAG_MS = 1000
+
+
+class FakeFetchers:
+    """FetcherControl that keeps one real ReplicaFetcher per leader; the test drives the requests."""
+
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.by_leader: dict[int, ReplicaFetcher] = {}
+
+    def add_partition(self, leader_id, tp, fetch_offset, last_fetched_epoch, leader_epoch) -> None:
+        self.remove_partition(tp)
+        fetcher = self.by_leader.setdefault(
+            leader_id, ReplicaFetcher(leader_id, self.broker_id, 1, FetcherConfig(fetch_backoff_ms=0))
+        )
+        fetcher.add_partition(tp, fetch_offset, last_fetched_epoch, leader_epoch)
+
+    def remove_partition(self, tp) -> None:
+        for fetcher in self.by_leader.values():
+            fetcher.remove_partition(tp)
+
+    def leader_of(self, tp) -> int | None:
+        for leader_id, fetcher in self.by_leader.items():
+            if tp in fetcher.partitions():
+                return leader_id
+        return None
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, replicas=BROKERS, min_insync: str = "2") -> None:
+        self.tmp_path = tmp_path
+        self.now_ms = 1_000
+        self.image = MetadataImage()
+        self.offset = 0
+        self.proposals: dict[int, list] = {b: [] for b in BROKERS}
+        self.managers: dict[int, ReplicaManager] = {}
+        self.fetchers: dict[int, FakeFetchers] = {}
+        records = [RegisterBrokerRecord(b, f"inc-{b}", (Endpoint("PLAINTEXT", "127.0.0.1", b),), fenced=False)
+                   for b in BROKERS]  # fmt: skip
+        records += [
+            TopicRecord(TOPIC, TOPIC_ID),
+            ConfigRecord(ConfigResourceType.TOPIC, TOPIC, "min.insync.replicas", min_insync),
+            PartitionRecord(TOPIC_ID, 0, tuple(replicas), tuple(replicas), replicas[0]),
+        ]
+        self.apply(*records)
+        for b in replicas:
+            self.start(b)
+
+    def start(self, broker_id: int) -> ReplicaManager:
+        """(Re)start a broker's replica manager on its data directory (logs recover from disk)."""
+        self.fetchers[broker_id] = FakeFetchers(broker_id)
+        manager = ReplicaManager(
+            broker_id,
+            self.tmp_path / f"broker-{broker_id}",
+            replica_lag_time_max_ms=LAG_MS,
+            topic_defaults={},
+            fetchers=self.fetchers[broker_id],
+            send_alter_partition=lambda _topic_id, proposal: self.proposals[broker_id].append(proposal),
+            on_deadline=lambda _deadline_ms: None,
+        )
+        self.managers[broker_id] = manager
+        manager.apply_image(self.image, self.now_ms)
+        return manager
+
+    def crash(self, broker_id: int) -> None:
+        """Stop without controlled shutdown: nothing more than what the log wrote survives."""
+        manager = self.managers.pop(broker_id)
+        manager.close()
+
+    def apply(self, *records) -> None:
+        self.offset += 1
+        self.image.apply_batch(records, self.offset)
+        for manager in self.managers.values():
+            manager.apply_image(self.image, self.now_ms)
+            manager.invariants()
+
+    def produce(self, broker_id: int, values: list[bytes], acks: int = -1, timeout_ms: int = 5000) -> dict:
+        answers: dict = {}
+        records = build_batch([(None, v, (), 0) for v in values])
+        self.managers[broker_id].produce(
+            acks, timeout_ms, [ProduceRequestPartition(KEY, records, None)], self.now_ms, answers.update
+        )
+        return answers
+
+    def replicate(self, follower_id: int, deliver: bool = True) -> None:
+        """One follower fetch: the leader handles it at once; ``deliver=False`` loses the answer."""
+        fake = self.fetchers[follower_id]
+        leader_id = fake.leader_of(KEY)
+        assert leader_id is not None, f"broker {follower_id} follows no leader"
+        fetcher = fake.by_leader[leader_id]
+        plan = fetcher.build_request(self.now_ms)
+        assert plan is not None
+        answers: dict = {}
+        items = [FetchRequestPartition(p.topic_partition, p.fetch_offset, 1 << 20, p.current_leader_epoch,
+                                       p.last_fetched_epoch) for p in plan.partitions]  # fmt: skip
+        self.managers[leader_id].fetch_for_follower(
+            follower_id,
+            plan.broker_epoch,
+            items,
+            1 << 20,
+            1,
+            0,
+            self.now_ms,
+            answers.update,
+            lambda: self.now_ms,
+        )
+        if not deliver:
+            fetcher.handle_request_failure(plan.request_id, self.now_ms)
+            return
+        fetched = {
+            tp: FetchedPartition(r.code, r.high_watermark, r.log_start_offset, r.log_end_offset,
+                                 r.diverging_epoch, r.records, r.message)
+            for tp, r in answers.items()
+        }  # fmt: skip
+        follower = self.managers[follower_id]
+        for action in fetcher.handle_response(plan.request_id, fetched, follower.local_view, self.now_ms):
+            follower.apply_fetch_action(action)
+            fetcher.update_position(action.topic_partition, *follower.log_position(action.topic_partition))
+        follower.invariants()
+        self.managers[leader_id].invariants()
+
+    def values(self, broker_id: int, end: int | None = None) -> list[bytes]:
+        log = self.managers[broker_id].logs[KEY]
+        return [r.value for r in decode_records(log.read(0, 1 << 30, max_offset=end))]
+
+    def hw(self, broker_id: int) -> int:
+        return self.managers[broker_id].partitions[KEY].high_watermark
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Harness:
+    h = Harness(tmp_path)
+    yield h
+    for manager in h.managers.values():
+        manager.close()
+
+
+def test_acks_all_is_answered_when_the_hw_passes_the_batch(harness: Harness) -> None:
+    """HW = min LEO over the ISR: the leader learns a follower's LEO from its next fetch offset."""
+    answers = harness.produce(101, [b"a", b"b"])
+    assert answers == {}
+    harness.replicate(102)  # appends
+    harness.replicate(103)
+    assert answers == {}
+    harness.replicate(102)  # reports LEO 2
+    assert answers == {} and harness.hw(101) == 0
+    harness.replicate(103)
+    assert answers[KEY].code == ErrorCode.NONE and answers[KEY].base_offset == 0
+    assert harness.hw(101) == 2
+    harness.replicate(102)
+    assert harness.hw(102) == 2 and harness.values(102) == [b"a", b"b"]
+
+
+def test_acks_all_times_out(harness: Harness) -> None:
+    answers = harness.produce(101, [b"a"], timeout_ms=500)
+    harness.managers[101].expire(harness.now_ms + 499)
+    assert answers == {}
+    harness.managers[101].expire(harness.now_ms + 500)
+    assert answers[KEY].code == ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_leadership_loss_answers_not_leader_and_follows_the_new_leader(harness: Harness) -> None:
+    answers = harness.produce(101, [b"a"])
+    harness.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=102, isr=(102, 103)))
+    assert answers[KEY].code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert harness.fetchers[101].leader_of(KEY) == 102
+    assert harness.fetchers[103].leader_of(KEY) == 102
+
+
+def test_not_enough_replicas_appends_nothing(harness: Harness) -> None:
+    harness.apply(PartitionChangeRecord(TOPIC_ID, 0, isr=(101,)))
+    answers = harness.produce(101, [b"a"])
+    assert answers[KEY].code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert harness.managers[101].logs[KEY].log_end_offset == 0
+    assert harness.produce(101, [b"a"], acks=1)[KEY].code == ErrorCode.NONE
+
+
+def test_consumer_long_poll_is_woken_when_the_hw_moves(harness: Harness) -> None:
+    answers: dict = {}
+    harness.managers[101].fetch_for_consumer(
+        [FetchRequestPartition(KEY, 0, 1 << 20, None, None)], 1 << 20, 1, 5000, harness.now_ms, answers.update
+    )
+    harness.produce(101, [b"a"], acks=1)
+    assert answers == {}, "woken before the record was committed"
+    for follower in (102, 103, 102, 103):
+        harness.replicate(follower)
+    assert [r.value for r in decode_records(answers[KEY].records)] == [b"a"]
+
+
+def test_lagging_follower_is_proposed_out_of_the_isr(harness: Harness) -> None:
+    harness.produce(101, [b"a"], acks=1)
+    harness.replicate(102)
+    harness.replicate(102)
+    harness.now_ms += LAG_MS + 1
+    harness.managers[101].maybe_shrink_isr(harness.now_ms)
+    assert [p.new_isr for p in harness.proposals[101]] == [(101, 102)]
+
+
+def test_kip101_lost_committed_record(tmp_path: Path) -> None:
+    """KIP-101 scenario 1: A and B hold offsets 0 and 1, A's HW is 2 but B's is 1. B restarts
+    (it must not truncate to its HW), then A dies and B leads: offset 1 is still there, and A, back
+    as a follower, keeps it too."""
+    h = Harness(tmp_path, replicas=(101, 102), min_insync="1")
+    h.produce(101, [b"r0"])
+    h.replicate(102)
+    h.replicate(102)
+    h.produce(101, [b"r1"])
+    h.replicate(102)  # B appends r1; the answer carries HW 1
+    h.replicate(102, deliver=False)  # A learns B's LEO 2 (HW 2); B never hears of it
+    assert (h.hw(101), h.hw(102)) == (2, 1)
+    h.crash(102)
+    h.start(102)
+    h.crash(101)
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=102, isr=(102,)))
+    assert h.values(102) == [b"r0", b"r1"], "B lost the committed offset 1"
+    h.start(101)
+    for _ in range(3):
+        h.replicate(101)
+    assert h.values(101) == h.values(102) == [b"r0", b"r1"]
+    for manager in h.managers.values():
+        manager.close()
+
+
+def test_kip101_diverged_logs(tmp_path: Path) -> None:
+    """KIP-101 scenario 2: A has an uncommitted offset 1 that B lacks; both crash, B comes back first,
+    leads and writes a different offset 1. A returns as follower, finds the divergence through the
+    leader epoch, truncates it and takes B's record: both agree at every offset below the HW."""
+    h = Harness(tmp_path, replicas=(101, 102), min_insync="1")
+    h.produce(101, [b"r0"])
+    h.replicate(102)
+    h.replicate(102)
+    h.produce(101, [b"only-on-A"], acks=1)
+    h.crash(101)
+    h.crash(102)
+    h.start(102)
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=102, isr=(102,)))
+    assert h.produce(102, [b"r1-from-B"])[KEY].code == ErrorCode.NONE
+    h.start(101)
+    assert h.values(101) == [b"r0", b"only-on-A"]
+    for _ in range(3):
+        h.replicate(101)
+    assert h.values(101) == h.values(102) == [b"r0", b"r1-from-B"]
+    for manager in h.managers.values():
+        manager.close()
