@@ -453,9 +453,18 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await node.start()
+    starting = asyncio.create_task(node.start(), name="start")
+    stopping = asyncio.create_task(stop.wait(), name="stop-signal")
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # SIGTERM before registration finished (e.g. no controller reachable)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        await node.stop()
+        return
+    starting.result()
     print(f"READY {config.node_id}", flush=True)
-    await stop.wait()
+    await stopping
     log.info("broker %d: controlled shutdown", config.node_id)
     await node.controlled_shutdown()
     await node.stop()
