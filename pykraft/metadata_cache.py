@@ -60,6 +60,7 @@ class MetadataCache:
         self._partitions: dict[TopicPartition, PartitionLeader] = {}
         self._partition_counts: dict[str, int] = {}
         self._topic_errors: dict[str, tuple[int, str]] = {}
+        self._available: dict[str, list[int]] = {}  # topic -> partitions with a leader (a cache)
         self._topics: set[str] = set()  # the topics this client uses: every refresh asks for them
         self._stale = True
         self._last_refresh_ms = NEVER_MS
@@ -109,6 +110,7 @@ class MetadataCache:
         self._stale = any(self._partition_counts.get(t) is None for t in self._topics) or any(
             p.leader_id == NO_LEADER for p in self._partitions.values()
         )
+        self._available.clear()
         self._last_refresh_ms = now_ms
         self.invariants()
 
@@ -140,6 +142,7 @@ class MetadataCache:
         replicas = known.replicas if known else ()
         isr = known.isr if known else ()
         self._partitions[tp] = PartitionLeader(leader_id, leader_epoch, replicas, isr)
+        self._available.clear()
         return True
 
     # ---- reading ------------------------------------------------------------------------------
@@ -169,8 +172,13 @@ class MetadataCache:
         return self._partition_counts.get(topic)
 
     def available_partitions(self, topic: str) -> list[int]:
-        count = self._partition_counts.get(topic, 0)
-        return [p for p in range(count) if self.leader_of(TopicPartition(topic, p)) != NO_LEADER]
+        """Partitions of ``topic`` with a known leader (cached until the next change: per-record use)."""
+        available = self._available.get(topic)
+        if available is None:
+            count = self._partition_counts.get(topic, 0)
+            available = [p for p in range(count) if self.leader_of(TopicPartition(topic, p)) != NO_LEADER]
+            self._available[topic] = available
+        return available
 
     def topic_error(self, topic: str) -> tuple[int, str] | None:
         return self._topic_errors.get(topic)
