@@ -25,15 +25,18 @@ Everything above runs on one asyncio loop; the gRPC handlers and the fetcher tas
 
 Metadata delta -> role changes (Kafka's ``ReplicaManager.applyDelta``)
 -------------------------------------------------------------------------
-For each partition of the delta hosted here, with ``reg`` its registration:
+``apply_image(image, now_ms)`` runs after every applied metadata batch (the broker starts calling it
+once the image includes its own registration). It compares each hosted partition's registration with
+the one last applied and acts on the changed ones; with ``reg`` the partition's registration:
 
 - ``reg.leader == this broker``: if this is a new leadership (role or epoch), first
-  ``log.leader_epoch_cache.assign(reg.leader_epoch, log.log_end_offset)`` — a new leader's epoch
+  ``log.maybe_assign_epoch_start_offset(reg.leader_epoch)`` (at its LEO) — a new leader's epoch
   starts at its LEO before any append (Kafka's makeLeader) — then ``partition.become_leader(
   reg.leader_epoch, reg.partition_epoch, reg.isr, reg.replicas, log.log_end_offset,
   log.high_watermark, now_ms, log.log_start_offset)``; remove the partition from its fetcher; then
   ``maybe_increment_high_watermark()`` and, if it moved, ``log.update_high_watermark`` and wake both
-  purgatories for the partition.
+  purgatories for the partition. A new leadership also answers every delayed operation on the
+  partition at once (a fetch parked on the old role must not wait).
 - otherwise: ``partition.become_follower(reg.leader, ...)``. If it returns True: complete the
   partition's delayed produces (``ProducePurgatory.check_and_complete`` now answers
   NOT_LEADER_OR_FOLLOWER), wake its delayed fetches, and ``fetcher_for(reg.leader).add_partition(
@@ -46,8 +49,9 @@ Produce (BrokerService.Produce)
 -------------------------------
 Per partition, in order: unknown topic -> UNKNOWN_TOPIC_OR_PARTITION; ``partition.check_append(acks,
 current_leader_epoch)`` (leadership, FENCED/UNKNOWN_LEADER_EPOCH, acks, NOT_ENOUGH_REPLICAS with
-nothing appended); ``log.append_as_leader(records, partition.leader_epoch)`` (header/CRC/size/codec
-validation, all or nothing: its KafkaError becomes the partition's error); then
+nothing appended); a codec id the log cannot decode (5-7) -> UNSUPPORTED_COMPRESSION_TYPE;
+``log.append_as_leader(records, partition.leader_epoch)`` (header/CRC/size validation, all or
+nothing: its KafkaError becomes the partition's error); then
 ``partition.on_local_append(log.log_end_offset)`` (an ISR of one moves the HW at once); wake the
 FetchPurgatory for the partition (followers long-polling for new data). acks=0/1 answer now. acks=all:
 ``ProducePurgatory.try_complete_else_watch(op, now + timeout_ms, {tp: ProduceWait(last offset + 1,
