@@ -17,8 +17,11 @@ from raft.messages import (
     Entry,
     EntryKind,
     HardState,
+    InstallSnapshot,
     RequestVote,
     RequestVoteResponse,
+    Snapshot,
+    SnapshotMeta,
 )
 from raft.progress import PeerState
 
@@ -287,3 +290,53 @@ def test_a_stale_persisted_report_is_ignored() -> None:
     assert n.log.persisted_index == 1
     n.persisted(2, 2)
     assert n.log.persisted_index == 2
+
+
+# ---- InstallSnapshot on the follower: §7 ---------------------------------------------------------
+
+SNAP = SnapshotMeta(last_index=4, last_term=2)
+CHUNK_CASES = [
+    # (id, chunks as (offset, bytes, done), expected (next_offset, done) answers, installed)
+    ("in-order", [(0, b"ab", False), (2, b"cd", True)], [(2, False), (4, True)], True),
+    (
+        "gap-asks-for-the-missing-offset",
+        [(0, b"ab", False), (4, b"ef", True)],
+        [(2, False), (2, False)],
+        False,
+    ),
+    (
+        "duplicate-chunk-is-re-acknowledged",
+        [(0, b"ab", False), (0, b"ab", False)],
+        [(2, False), (2, False)],
+        False,
+    ),
+    ("mid-stream-without-start", [(2, b"cd", True)], [(0, False)], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "answers", "installed"), [c[1:] for c in CHUNK_CASES], ids=[c[0] for c in CHUNK_CASES]
+)
+def test_install_snapshot_chunks(chunks, answers, installed) -> None:
+    """§7 (Figure 13): chunks are accepted only at the expected offset; the answer names the next
+    offset wanted, so a lost or repeated chunk is resent from there; done installs and persists."""
+    n = node([1], 2)
+    got = []
+    for offset, data, done in chunks:
+        n.step(InstallSnapshot(2, 1, 2, SNAP, offset, data, done), NOW)
+        ready, msgs = replies(n)
+        got += [(m.next_offset, m.done) for m in msgs]
+    assert got == answers
+    assert (n.commit_index == 4) is installed
+    if installed:
+        assert ready.snapshot == Snapshot(SNAP, b"abcd") and ready.truncate_from == 1
+        assert n.log.first_index == 5 and n.applied_index == 4
+
+
+def test_a_snapshot_the_log_already_holds_only_advances_the_commit_index() -> None:
+    """§7: "If the follower's log has an entry matching the snapshot's last entry, retain the log"."""
+    n = node([1, 2, 2, 2, 2], 2)
+    n.step(InstallSnapshot(2, 1, 2, SNAP, 0, b"abcd", True), NOW)
+    ready, _ = replies(n)
+    assert ready.snapshot is None and n.commit_index == 4 and n.last_index == 5
+    assert [e.index for e in ready.committed] == [1, 2, 3, 4]

@@ -9,6 +9,8 @@ from raft.core import Role
 from raft.messages import (
     NO_NODE,
     AppendEntries,
+    Entry,
+    HardState,
     InstallSnapshot,
     NotLeader,
     ProposalAccepted,
@@ -223,3 +225,41 @@ def test_observers_receive_only_committed_entries_and_do_not_count() -> None:
     heal(c)
     c.advance(60)
     assert [e.data for e in c.applied[4]] == [b"", b"x"]
+
+
+# ---- Figure 8 --------------------------------------------------------------------------------------
+
+
+def test_figure_8_an_old_term_entry_on_a_majority_can_still_be_overwritten() -> None:
+    """§5.4.2, Figure 8 (c)-(d): S1 (term 4) gets its term-2 entry onto a majority but must not commit
+    it by counting; indeed S5, holding a term-3 entry at that index, can still win and overwrite it."""
+    c = Cluster(
+        [1, 2, 3, 4, 5],
+        config_overrides={"pre_vote": False, "check_quorum": False, "max_entries_per_append": 1},
+    )
+    logs = {1: [1, 2], 2: [1, 2], 3: [1], 4: [1], 5: [1, 3]}
+    for node_id, terms in logs.items():
+        c.disks[node_id].entries = [Entry(t, i + 1, b"t%d" % t) for i, t in enumerate(terms)]
+        c.disks[node_id].hard_state = HardState(term=4 if node_id == 5 else 3)
+        c.start(node_id)
+
+    def drop(m) -> bool:
+        # S5 is cut off from S1; the NOOP (index 3) is lost on its way to any node that holds index 2.
+        if isinstance(m, AppendEntries) and m.dst == 5:
+            return True
+        holds_2 = m.dst in c.nodes and c.nodes[m.dst].log.term_at(2) is not None
+        return isinstance(m, AppendEntries) and holds_2 and any(e.index >= 3 for e in m.entries)
+
+    c.drop = drop
+    s1 = c.elect(1)
+    assert s1.term == 4
+    holders = [i for i in logs if c.nodes[i].log.term_at(2) == 2]
+    assert len(holders) >= 3, f"the term-2 entry is on a majority: {holders}"
+    assert s1.commit_index < 2, "Figure 8: an old-term entry must not be committed by counting"
+    del c.nodes[1]  # S1 crashes
+    heal(c)
+    s5 = c.elect(5)
+    c.advance(50)
+    assert s5.term == 5
+    assert all(n.log.term_at(2) == 3 for n in c.nodes.values()), "S5 overwrote index 2 everywhere"
+    assert all(e.term != 2 for applied in c.applied.values() for e in applied), "nobody applied it"
