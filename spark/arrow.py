@@ -75,6 +75,11 @@ def decode_range(
     return DecodedRange(batch if batch.num_rows else None, next_offset)
 
 
+def peek_next_offset(data: bytes, from_offset: int, until_offset: int) -> int:
+    """Where the fetch after this one starts (a header walk, no decoding)."""
+    return _scan(data, from_offset, until_offset)[1]
+
+
 def _scan(data: bytes, from_offset: int, until_offset: int) -> tuple[list[BatchInfo], int]:
     """Walk batch headers: the data batches that overlap the range, and where to fetch next."""
     wanted: list[BatchInfo] = []

@@ -7,6 +7,8 @@ lags the range are waited out; records deleted after planning are an error or a 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from proto import errors
@@ -141,3 +143,20 @@ def test_other_errors_propagate() -> None:
 
     with pytest.raises(errors.CorruptMessageError):
         list(read_range(Broken(), OffsetRange(TP, 0, 20), SETTINGS, monotonic=FakeClock()))
+
+
+def test_next_fetch_is_in_flight_while_the_consumer_holds_a_batch() -> None:
+    """Prefetch: the fetch at the next offset starts before the consumer asks for the next batch."""
+    asked = threading.Event()
+
+    class Watching(ScriptedClient):
+        def fetch(self, tp, fetch_offset, max_wait_ms=0):
+            if fetch_offset == 40:
+                asked.set()
+            return super().fetch(tp, fetch_offset, max_wait_ms)
+
+    batches = read_range(Watching(), OffsetRange(TP, 15, 73), SETTINGS, monotonic=FakeClock())
+    first = next(batches)
+    assert first.column("offset").to_pylist()[0] == 15
+    assert asked.wait(10), "the next fetch was not started while the first batch was consumed"
+    assert offsets([first, *batches]) == list(range(15, 73))
