@@ -215,6 +215,11 @@ class RaftDriver:
             cfg.node_id, stored.hard_state.term, self.applied_index, stored.last_index,
         )  # fmt: skip
 
+    async def wait(self) -> None:
+        """Return when the driver stops; raise what killed its loop if it died (a bug or a disk error)."""
+        assert self._task is not None, "the driver is not started"
+        await asyncio.shield(self._task)
+
     def add_to_server(self, server: grpc.aio.Server) -> None:
         """Register RaftService on the caller's server (the caller starts and stops it)."""
         assert self._transport is not None, "start() the driver before adding it to a server"
@@ -420,10 +425,13 @@ class RaftDriver:
         assert self._transport is not None
         for message in messages:
             if isinstance(message, RESPONSE_TYPES):
-                queue = waiters.get((message.dst, type(message)))
-                if queue:
-                    queue.popleft().set_result(message)
-                # else the asking RPC has already returned: to Raft, a lost message
+                queue = waiters.get((message.dst, type(message)), collections.deque())
+                while queue:
+                    waiter = queue.popleft()
+                    if not waiter.done():  # done = cancelled: the asker's deadline passed
+                        waiter.set_result(message)
+                        break
+                # no waiter left: the asking RPC has already returned; to Raft, a lost message
                 continue
             self._transport.send(message)
 

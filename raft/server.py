@@ -214,7 +214,14 @@ async def serve(args: argparse.Namespace, config: DriverConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(f"READY {config.node_id}", flush=True)
-    await stop.wait()
+    stopping = asyncio.create_task(stop.wait())
+    running = asyncio.create_task(driver.wait())
+    await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)
+    if running.done():  # the driver's loop died: fail loudly instead of serving a dead node
+        stopping.cancel()
+        await server.stop(grace=None)
+        running.result()
+    running.cancel()
     await health.set_serving(False)
     await driver.stop()
     await server.stop(grace=0.5)
