@@ -78,6 +78,7 @@ from raft.raft_log import RaftLog
 
 NO_DEADLINE = None  # next_deadline_ms() of a node with nothing scheduled (an observer)
 NO_READ_CONTEXT = 0
+STALL_HEARTBEATS = 2  # heartbeat intervals without progress before in-flight appends count as lost
 
 
 class Role(enum.Enum):
@@ -441,7 +442,7 @@ class RaftNode:
         self._role = Role.LEADER
         self._leader_id = self.id
         next_index = self.log.last_index + 1
-        self.progress = {p: Progress(next_index=next_index) for p in self._peers()}
+        self.progress = {p: Progress(next_index=next_index, progress_ms=self._now_ms) for p in self._peers()}
         self._heartbeat_deadline_ms = self._now_ms + self.config.heartbeat_interval_ms
         self._check_quorum_deadline_ms = self._now_ms + self.config.election_timeout_min_ms
         self._append_as_leader([Entry(self._term, next_index, b"", EntryKind.NOOP)])
@@ -673,6 +674,8 @@ class RaftNode:
         advanced = pr.maybe_update(m.match_index)
         if pr.state is PeerState.PROBE:
             pr.become_replicate()
+        if advanced or not pr.inflight:
+            pr.progress_ms = self._now_ms
         if advanced:
             self._maybe_commit()
             self._maybe_send_timeout_now()
@@ -735,19 +738,20 @@ class RaftNode:
         return active >= self.config.quorum
 
     def _retransmit_stalled(self) -> None:
-        """Appends or chunks lost in the network: no progress for a heartbeat interval means resend."""
+        """Appends or chunks lost in the network: no progress for ``STALL_HEARTBEATS`` heartbeat intervals
+        while something is outstanding means resend (from the match index). A probe is resent every
+        heartbeat. Waiting more than one interval keeps a slow (not lossy) peer from getting duplicates."""
+        stall_ms = STALL_HEARTBEATS * self.config.heartbeat_interval_ms
         for peer, pr in self.progress.items():
-            if (
-                pr.state is PeerState.REPLICATE
-                and pr.inflight
-                and pr.match_index == pr.match_at_last_heartbeat
-            ):
+            stalled = self._now_ms - pr.progress_ms >= stall_ms
+            if pr.state is PeerState.REPLICATE and pr.inflight and stalled:
                 pr.become_probe()
+                pr.progress_ms = self._now_ms
             elif pr.state is PeerState.PROBE:
                 pr.probe_sent = False
-            elif pr.state is PeerState.SNAPSHOT and pr.snapshot_sent:
+            elif pr.state is PeerState.SNAPSHOT and pr.snapshot_sent and stalled:
                 pr.snapshot_sent = False
-            pr.match_at_last_heartbeat = pr.match_index
+                pr.progress_ms = self._now_ms
             self._maybe_send_append(peer)
 
     def _broadcast_heartbeat(self) -> None:
@@ -820,6 +824,7 @@ class RaftNode:
         else:
             pr.snapshot_offset = min(m.next_offset, len(self.snapshot.data) if self.snapshot else 0)
             pr.snapshot_sent = False
+            pr.progress_ms = self._now_ms
         self._maybe_send_append(m.src)
 
     def _maybe_send_timeout_now(self) -> None:

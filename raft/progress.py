@@ -36,7 +36,7 @@ class Progress:
     probe_sent: bool = False  # PROBE: a probe is outstanding; wait for its answer or the next heartbeat
     inflight: deque[int] = field(default_factory=deque)  # last index of each unacknowledged append
     recent_active: bool = False  # CheckQuorum: heard from since the last check
-    match_at_last_heartbeat: int = 0  # REPLICATE: no progress for a heartbeat interval means loss
+    progress_ms: int = 0  # when the peer last made progress (or the state was reset): stall detection
     snapshot_meta: SnapshotMeta | None = None  # SNAPSHOT: which snapshot is being sent
     snapshot_offset: int = 0  # SNAPSHOT: the next byte the peer expects
     snapshot_sent: bool = False  # SNAPSHOT: a chunk is outstanding
@@ -64,7 +64,6 @@ class Progress:
         self.snapshot_meta = None
         self.snapshot_offset = 0
         self.snapshot_sent = False
-        self.match_at_last_heartbeat = self.match_index
 
     def is_paused(self, max_inflight: int) -> bool:
         if self.state is PeerState.PROBE:

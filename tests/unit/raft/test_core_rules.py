@@ -340,3 +340,24 @@ def test_a_snapshot_the_log_already_holds_only_advances_the_commit_index() -> No
     ready, _ = replies(n)
     assert ready.snapshot is None and n.commit_index == 4 and n.last_index == 5
     assert [e.index for e in ready.committed] == [1, 2, 3, 4]
+
+
+def test_lost_appends_are_resent_after_two_silent_heartbeat_intervals() -> None:
+    """Loss recovery without a resend storm: in REPLICATE, appends still unacknowledged after two
+    heartbeat intervals without progress are resent from match_index + 1; a merely slow peer (one
+    interval) gets only a heartbeat."""
+    n = make_leader([], term=0)
+    t = NOW + 1_000
+    for peer in (2, 3):
+        n.step(AppendEntriesResponse(peer, 1, n.term, True, 1), t)
+    n.take_ready()
+    n.propose([b"a"], t)
+    _, lost = replies(n)
+    assert [m.entries[0].index for m in lost if m.dst == 2] == [2]
+    n.tick(t + 20)
+    _, msgs = replies(n)
+    assert [m.entries for m in msgs if m.dst == 2] == [()], "one interval: a heartbeat, no resend"
+    n.tick(t + 40)
+    _, msgs = replies(n)
+    resent = [m for m in msgs if m.dst == 2 and m.entries]
+    assert [(m.prev_log_index, m.entries[0].index) for m in resent] == [(1, 2)]
