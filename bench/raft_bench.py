@@ -306,7 +306,7 @@ def pysyncobj_node(self_addr: str, partners: list[str], use_batch: bool) -> None
                 }
             )
         elif op == "throughput":
-            reply({"rate": _pso_throughput(node, cmd["total"], cmd["window"])})
+            reply(_pso_throughput(node, cmd["total"], cmd["window"]))
         elif op == "latency":
             out = []
             for _ in range(cmd["samples"]):
@@ -321,26 +321,34 @@ def pysyncobj_node(self_addr: str, partners: list[str], use_batch: bool) -> None
             stop_loop.set()
 
 
-def _pso_throughput(node, total: int, window: int) -> float:  # type: ignore[no-untyped-def]
+def _pso_throughput(node, total: int, window: int) -> dict:  # type: ignore[no-untyped-def]
+    """Committed appends/s with ``window`` outstanding; failed or unanswered appends do not count."""
+    from pysyncobj import FAIL_REASON
+
     slots = threading.Semaphore(window)
     done = threading.Event()
-    remaining = [total]
+    counts = {"ok": 0, "failed": 0}
     lock = threading.Lock()
     payload = b"t" * ENTRY_BYTES
 
     def callback(result, error) -> None:  # type: ignore[no-untyped-def]
         slots.release()
         with lock:
-            remaining[0] -= 1
-            if remaining[0] == 0:
+            counts["ok" if error == FAIL_REASON.SUCCESS else "failed"] += 1
+            if counts["ok"] + counts["failed"] == total:
                 done.set()
 
     start = time.perf_counter()
+    deadline = time.monotonic() + DEADLINE_S
     for _ in range(total):
-        slots.acquire()
+        if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            break
         node.append(payload, callback=callback)
-    done.wait(DEADLINE_S)
-    return total / (time.perf_counter() - start)
+    done.wait(max(0.0, deadline - time.monotonic()))
+    elapsed = time.perf_counter() - start
+    with lock:
+        ok, failed = counts["ok"], counts["failed"]
+    return {"rate": ok / elapsed, "failed": failed, "unanswered": total - ok - failed}
 
 
 class PsoCluster:
@@ -454,7 +462,13 @@ def run_pysyncobj(args: argparse.Namespace) -> dict:
     finally:
         unbatched.stop_all()
         unbatched.stderr_path.unlink()
-    return {"throughput": tput["rate"], "latency": lat, "failover": fail, "warnings": warnings}
+    return {
+        "throughput": tput["rate"],
+        "throughput_lost": (tput["failed"], tput["unanswered"]),
+        "latency": lat,
+        "failover": fail,
+        "warnings": warnings,
+    }
 
 
 # ---- report -----------------------------------------------------------------------------------
@@ -495,6 +509,11 @@ def report(args: argparse.Namespace, ours: dict, pso: dict) -> None:
         print(f"{name:<22}{fmt.format(a):>14}{fmt.format(b):>14}")
     print(f"pykraft failover trials ms: {[round(x) for x in ours['failover']]}")
     print(f"PySyncObj failover trials ms: {[round(x) for x in pso['failover']]}")
+    failed, unanswered = pso["throughput_lost"]
+    print(
+        f"PySyncObj throughput run: {failed} appends failed, "
+        f"{unanswered} unanswered within {DEADLINE_S:.0f} s"
+    )
     print(
         f"PySyncObj printed 'state machine may have diverged' {pso['warnings']} times during the failover "
         "trials (it truncates entries it had already applied; it neither syncs nor persists term/vote)"
