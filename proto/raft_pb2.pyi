@@ -293,3 +293,23 @@ class SetPartitionResponse(_message.Message):
     error_code: _common_pb2.ErrorCode
     error_message: str
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class MeasureCommitLatencyRequest(_message.Message):
+    __slots__ = ("count", "entry_bytes")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    entry_bytes: int
+    def __init__(self, count: _Optional[int] = ..., entry_bytes: _Optional[int] = ...) -> None: ...
+
+class MeasureCommitLatencyResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "leader", "latency_ms")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    leader: LeaderHint
+    latency_ms: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ..., latency_ms: _Optional[_Iterable[float]] = ...) -> None: ...

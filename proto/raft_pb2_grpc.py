@@ -266,6 +266,11 @@ class RaftClientServiceStub:
                 request_serializer=proto_dot_raft__pb2.SetPartitionRequest.SerializeToString,
                 response_deserializer=proto_dot_raft__pb2.SetPartitionResponse.FromString,
                 _registered_method=True)
+        self.MeasureCommitLatency = channel.unary_unary(
+                '/pykraft.raft.RaftClientService/MeasureCommitLatency',
+                request_serializer=proto_dot_raft__pb2.MeasureCommitLatencyRequest.SerializeToString,
+                response_deserializer=proto_dot_raft__pb2.MeasureCommitLatencyResponse.FromString,
+                _registered_method=True)
 
 
 class RaftClientServiceServicer:
@@ -307,6 +312,12 @@ class RaftClientServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MeasureCommitLatency(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftClientServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -339,6 +350,11 @@ def add_RaftClientServiceServicer_to_server(servicer, server):
                     servicer.SetPartition,
                     request_deserializer=proto_dot_raft__pb2.SetPartitionRequest.FromString,
                     response_serializer=proto_dot_raft__pb2.SetPartitionResponse.SerializeToString,
+            ),
+            'MeasureCommitLatency': grpc.unary_unary_rpc_method_handler(
+                    servicer.MeasureCommitLatency,
+                    request_deserializer=proto_dot_raft__pb2.MeasureCommitLatencyRequest.FromString,
+                    response_serializer=proto_dot_raft__pb2.MeasureCommitLatencyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -503,6 +519,33 @@ class RaftClientService:
             '/pykraft.raft.RaftClientService/SetPartition',
             proto_dot_raft__pb2.SetPartitionRequest.SerializeToString,
             proto_dot_raft__pb2.SetPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MeasureCommitLatency(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pykraft.raft.RaftClientService/MeasureCommitLatency',
+            proto_dot_raft__pb2.MeasureCommitLatencyRequest.SerializeToString,
+            proto_dot_raft__pb2.MeasureCommitLatencyResponse.FromString,
             options,
             channel_credentials,
             insecure,

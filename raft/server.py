@@ -21,6 +21,7 @@ import logging
 import signal
 import struct
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -142,6 +143,22 @@ class ClientService(raft_pb2_grpc.RaftClientServiceServicer):
         except errors.KafkaError as exc:
             return raft_pb2.TransferLeadershipResponse(error_code=exc.code, error_message=exc.message)
         return raft_pb2.TransferLeadershipResponse(leader=self._hint(self._driver.leader_id))
+
+    async def MeasureCommitLatency(self, request, context):
+        payload = bytes(request.entry_bytes)
+        latencies = []
+        try:
+            for _ in range(request.count):
+                started = time.perf_counter()
+                await self._driver.propose(payload)
+                latencies.append((time.perf_counter() - started) * 1000)
+        except NotLeaderError as exc:
+            return raft_pb2.MeasureCommitLatencyResponse(
+                error_code=exc.code, error_message=exc.message, leader=self._hint(exc.leader_id)
+            )
+        except errors.KafkaError as exc:
+            return raft_pb2.MeasureCommitLatencyResponse(error_code=exc.code, error_message=exc.message)
+        return raft_pb2.MeasureCommitLatencyResponse(latency_ms=latencies)
 
     async def SetPartition(self, request, context):
         if not self._faults:
