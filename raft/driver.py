@@ -1,4 +1,4 @@
-"""The asyncio driver: runs a sans-I/O ``RaftCore`` with a real clock, a rocksdict store and gRPC.
+"""The asyncio driver: runs the sans-I/O ``RaftNode`` with a real clock, a rocksdict store and gRPC.
 
 Public API (what the metadata controller uses)::
 
@@ -11,7 +11,9 @@ Public API (what the metadata controller uses)::
     index = await driver.read_index()    # linearizable: the state machine has applied >= index
     await driver.transfer_leadership(target_id)     # ANY_FOLLOWER (0) = the most caught-up follower
     driver.is_leader, driver.leader_id, driver.term, driver.commit_index, driver.applied_index
+    await driver.wait()                  # returns when stopped; raises what killed the loop
     await driver.stop()                  # graceful: a leader hands leadership over first
+    driver.blocked_peers                 # tests only: a set of peer ids to partition away
 
 The user's state machine implements ``StateMachine``: ``apply(index, data)`` for each committed
 normal entry in index order (no-ops are skipped), ``snapshot() -> bytes`` of everything applied so far,
@@ -21,10 +23,11 @@ later, so followers up to one interval behind still catch up from the log.
 
 Loop (one iteration = one group commit): wait for a message, proposal, request or the core's next
 deadline (``next_deadline_ms``, on ``time.monotonic``); step everything that arrived; tick when due;
-then carry out each ``Ready`` in the documented order — send
-``messages``, persist (ONE synced WriteBatch; on a worker thread when messages went out first, so
-they travel during the fsync), send
-``messages_after_persist``, report ``persisted``, apply ``committed``, answer read states.
+then carry out each ``Ready`` in the documented order — send ``messages``, persist (ONE synced
+WriteBatch; on a worker thread when messages went out first, so they travel during the fsync), send
+``messages_after_persist``, report ``persisted``, apply ``committed``, answer read states. A proposal
+succeeds only if its last entry commits in the term it was appended in (Raft §5.3); otherwise it
+fails with ``NotLeaderError``.
 
 Responses ride on the RPC that asked: a request stepped in this iteration waits for the response
 message the core produces for its sender (matched FIFO per sender and kind); a request that got no
