@@ -29,6 +29,7 @@ def main(argv: list[str]) -> int:
         SparkSession.builder.master("local[2]")
         .appName("pykraft-compose-query")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .getOrCreate()
@@ -50,16 +51,20 @@ def main(argv: list[str]) -> int:
             .collect()
         )
     except Exception as exc:  # a bad option or an unreachable cluster: one line, no JVM trace
-        print(f"spark_query: error: cannot read topic {topic!r} from {bootstrap}: {exc}".splitlines()[0],
-              file=sys.stderr)
+        print(
+            f"spark_query: error: cannot read topic {topic!r} from {bootstrap}: {exc}".splitlines()[0],
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     finally:
         spark.stop()
     print(f"topic {topic!r} via {bootstrap}")
     print(f"{'partition':>9} {'records':>8} {'first':>8} {'last':>8} {'bytes':>10}")
     for r in rows:
-        print(f"{r['partition']:>9} {r['records']:>8} {r['first_offset']:>8} {r['last_offset']:>8} "
-              f"{r['value_bytes']:>10}")
+        print(
+            f"{r['partition']:>9} {r['records']:>8} {r['first_offset']:>8} {r['last_offset']:>8} "
+            f"{r['value_bytes']:>10}"
+        )
     print(f"total {sum(r['records'] for r in rows)} committed records")
     return 0
 
