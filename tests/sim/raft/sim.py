@@ -41,8 +41,8 @@ from raft.messages import (
 ELECTION_TIMEOUT_MIN_MS = 100
 HEARTBEAT_INTERVAL_MS = 40
 SNAPSHOT_CHUNK_BYTES = 24  # tiny, so snapshots travel in several chunks
-LIVENESS_BOUND_MS = 3_000  # after faults stop: a leader and a fresh commit within this
-CONVERGENCE_BOUND_MS = 3_000  # then every node applies the leader's commit index within this
+LIVENESS_BOUND_MS = 1_500  # after faults stop: a leader and a fresh commit within this
+CONVERGENCE_BOUND_MS = 2_000  # then every node applies the leader's commit index within this
 MAX_EVENTS = 60_000  # a run that needs more is livelocked (or flooding the network): a failure
 
 
