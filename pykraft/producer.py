@@ -221,6 +221,7 @@ class Producer:
         self._wakeup = threading.Condition(self._lock)
         self._metadata_ready = threading.Condition(self._lock)
         self._results: dict[int, _BatchResult] = {}
+        self._topic_partitions: dict[str, list[TopicPartition]] = {}  # partition counts as send() saw them
         self._sticky_batches: dict[str, int | None] = {}  # topic -> first batch of its sticky partition
         self._responses: list[_Response] = []
         self._callbacks: list[tuple[FutureRecordMetadata, Callable]] = []  # to run outside the lock
@@ -244,20 +245,19 @@ class Producer:
         on_delivery: DeliveryCallback | None = None,
     ) -> FutureRecordMetadata:
         """Queue a record; the future resolves when the broker acknowledged it (per ``acks``)."""
-        _check_bytes("value", value)
-        _check_bytes("key", key)
-        header_list = tuple(headers or ())
-        for header in header_list:
-            if not (isinstance(header, tuple) and len(header) == 2 and isinstance(header[0], str)):
-                raise InvalidRecordError(f"a header is a (str, bytes | None) pair, got {header!r}")
-            _check_bytes(f"header {header[0]!r}", header[1])
+        if value.__class__ is not bytes and value is not None:  # the per-record path: cheap checks first
+            _check_bytes("value", value)
+        if key.__class__ is not bytes and key is not None:
+            _check_bytes("key", key)
+        header_list = _NO_HEADERS if headers is None else _checked_headers(headers)
         now_ms = _now_ms()
         timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         with self._lock:
             if self._closing:
                 raise ProducerClosedError("send() after close(): the producer no longer accepts records")
-            num_partitions = self._wait_for_topic(topic)
-            tp = TopicPartition(topic, self._choose_partition(topic, key, partition, num_partitions))
+            partitions = self._topic_partitions.get(topic) or self._learn_topic(topic)
+            num_partitions = len(partitions)
+            tp = partitions[self._choose_partition(topic, key, partition, num_partitions)]
             result = self._accumulator.append(tp, key, value, header_list, timestamp, now_ms)
             if result.new_batch:
                 self._results[result.batch_id] = _BatchResult(tp)
@@ -271,6 +271,13 @@ class Producer:
         if on_delivery is not None:
             future.add_done_callback(lambda f: _deliver(f, on_delivery))
         return future
+
+    def _learn_topic(self, topic: str) -> list[TopicPartition]:
+        """The partitions of ``topic`` (waiting for metadata), cached: one object per partition."""
+        count = self._wait_for_topic(topic)
+        partitions = [TopicPartition(topic, p) for p in range(count)]
+        self._topic_partitions[topic] = partitions
+        return partitions
 
     def _maybe_switch_sticky(self, tp: TopicPartition, batch_id: int, num_partitions: int) -> None:
         """KIP-480: a null-key record opened a new batch because the sticky one was sent or full.
@@ -543,6 +550,9 @@ class Producer:
             return
         with self._lock:
             self._metadata.update(response, _now_ms())
+            for topic, partitions in list(self._topic_partitions.items()):
+                if self._metadata.partition_count(topic) not in (None, len(partitions)):
+                    del self._topic_partitions[topic]  # partitions were added: send() learns them again
             self._metadata_ready.notify_all()
 
     # ---- introspection (tests, benchmarks) ----------------------------------------------------------
@@ -572,6 +582,18 @@ class _LocalRpcError(grpc.RpcError):
 def _deliver(future: FutureRecordMetadata, callback: DeliveryCallback) -> None:
     error = future.exception(0)
     callback(None if error else future.result(0), error)
+
+
+_NO_HEADERS: tuple[Header, ...] = ()
+
+
+def _checked_headers(headers: Iterable[Header]) -> tuple[Header, ...]:
+    header_list = tuple(headers)
+    for header in header_list:
+        if not (isinstance(header, tuple) and len(header) == 2 and isinstance(header[0], str)):
+            raise InvalidRecordError(f"a header is a (str, bytes | None) pair, got {header!r}")
+        _check_bytes(f"header {header[0]!r}", header[1])
+    return header_list
 
 
 def _check_bytes(what: str, data: object) -> None:
