@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import enum
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from raft.messages import (
     NO_NODE,
@@ -75,9 +75,9 @@ from raft.messages import (
 )
 from raft.progress import PeerState, Progress
 from raft.raft_log import RaftLog
+from raft.read_only import NO_READ_CONTEXT, ReadOnly
 
 NO_DEADLINE = None  # next_deadline_ms() of a node with nothing scheduled (an observer)
-NO_READ_CONTEXT = 0
 STALL_HEARTBEATS = 2  # heartbeat intervals without progress before in-flight appends count as lost
 
 
@@ -139,14 +139,6 @@ class RaftConfig:
 
 
 @dataclass(slots=True)
-class _PendingRead:
-    request_id: int
-    index: int = 0
-    context: int = NO_READ_CONTEXT  # NO_READ_CONTEXT until the leader has committed in its term
-    acks: set[int] = field(default_factory=set)
-
-
-@dataclass(slots=True)
 class _IncomingSnapshot:
     meta: SnapshotMeta
     data: bytearray
@@ -188,9 +180,7 @@ class RaftNode:
         self._votes: dict[int, bool] = {}
         self.progress: dict[int, Progress] = {}
         self._needs_broadcast = False
-        self._read_heartbeat_needed = False
-        self._pending_reads: list[_PendingRead] = []
-        self._read_context = NO_READ_CONTEXT
+        self._reads = ReadOnly()
         self._transfer_target = NO_NODE
         self._transfer_deadline_ms = 0
         self._timeout_now_sent = False
@@ -291,9 +281,9 @@ class RaftNode:
         self._advance(now_ms)
         if self._role is not Role.LEADER:
             return NotLeader(self._leader_id)
-        self._pending_reads.append(_PendingRead(request_id, acks={self.id}))
+        self._reads.add(request_id, self.id)
         if self._committed_in_term():
-            self._start_pending_reads()
+            self._read_states += self._reads.start_waiting(self._commit_index, self.config.quorum)
         return None
 
     def transfer_leadership(self, target: int, now_ms: int) -> bool:
@@ -360,7 +350,7 @@ class RaftNode:
             or self._commit_index > self._applied_index
             or self._read_states
             or self._rejected_reads
-            or (self._role is Role.LEADER and (self._needs_broadcast or self._read_heartbeat_needed))
+            or (self._role is Role.LEADER and (self._needs_broadcast or self._reads.heartbeat_needed))
         )
 
     def take_ready(self) -> Ready:
@@ -368,7 +358,7 @@ class RaftNode:
         if self._role is Role.LEADER:
             if self._needs_broadcast:
                 self._broadcast_append()
-            if self._read_heartbeat_needed:
+            if self._reads.heartbeat_needed:
                 self._broadcast_heartbeat()
         truncate, entries = self.log.take_unsent()
         ready = Ready(
@@ -449,11 +439,9 @@ class RaftNode:
 
     def _stop_leading(self) -> None:
         self.progress = {}
-        self._needs_broadcast = self._read_heartbeat_needed = False
+        self._needs_broadcast = False
         self._transfer_target = NO_NODE
-        for read in self._pending_reads:
-            self._rejected_reads.append((read.request_id, self._leader_id))
-        self._pending_reads = []
+        self._rejected_reads += [(request_id, self._leader_id) for request_id in self._reads.fail_all()]
 
     def _campaign(self, transfer: bool) -> None:
         if self.config.pre_vote and not transfer:
@@ -665,7 +653,7 @@ class RaftNode:
 
     def _handle_append_response(self, m: AppendEntriesResponse, pr: Progress) -> None:
         if m.read_context and m.src in self.config.voters:
-            self._ack_reads(m.src, m.read_context)
+            self._read_states += self._reads.ack(m.src, m.read_context, self.config.quorum)
         if not m.success:
             self._handle_append_reject(m, pr)
             return
@@ -709,7 +697,7 @@ class RaftNode:
         if self.config.observers:
             self._needs_broadcast = True  # observers receive entries only once committed
         if self._committed_in_term():
-            self._start_pending_reads()
+            self._read_states += self._reads.start_waiting(self._commit_index, self.config.quorum)
 
     def _committed_in_term(self) -> bool:
         return self.log.term_at(self._commit_index) == self._term
@@ -756,12 +744,12 @@ class RaftNode:
 
     def _broadcast_heartbeat(self) -> None:
         """An empty AppendEntries to every peer; it carries the newest ReadIndex context."""
-        self._read_heartbeat_needed = False
+        self._reads.heartbeat_needed = False
         for peer, pr in self.progress.items():
             prev_term = self.log.term_at(pr.match_index)
             if prev_term is None or pr.state is PeerState.SNAPSHOT:
                 continue  # the peer is being sent a snapshot, which keeps it following us
-            context = self._read_context if peer in self.config.voters else NO_READ_CONTEXT
+            context = self._reads.last_context if peer in self.config.voters else NO_READ_CONTEXT
             commit = min(self._commit_index, pr.match_index)
             self._send(
                 AppendEntries(self.id, peer, self._term, pr.match_index, prev_term, (), commit, context)
@@ -835,35 +823,6 @@ class RaftNode:
             self._send(TimeoutNow(self.id, target, self._term))
             self._timeout_now_sent = True
 
-    # ---- ReadIndex -----------------------------------------------------------------------------
-
-    def _start_pending_reads(self) -> None:
-        """Thesis §6.4: fix the read index at the commit index; confirm leadership by a heartbeat round."""
-        started = False
-        for read in self._pending_reads:
-            if read.context == NO_READ_CONTEXT:
-                if not started:
-                    self._read_context += 1
-                    started = True
-                read.context, read.index = self._read_context, self._commit_index
-        if started:
-            self._read_heartbeat_needed = True
-            self._release_reads()
-
-    def _ack_reads(self, peer: int, context: int) -> None:
-        for read in self._pending_reads:
-            if read.context != NO_READ_CONTEXT and read.context <= context:
-                read.acks.add(peer)
-        self._release_reads()
-
-    def _release_reads(self) -> None:
-        while self._pending_reads:
-            read = self._pending_reads[0]
-            if read.context == NO_READ_CONTEXT or len(read.acks) < self.config.quorum:
-                return
-            self._read_states.append(ReadState(read.request_id, read.index))
-            self._pending_reads.pop(0)
-
     # ---- helpers -------------------------------------------------------------------------------
 
     def _send(self, m: Message) -> None:
@@ -905,7 +864,7 @@ class RaftNode:
                     f"peer {peer} match {pr.match_index} beyond leader last {self.log.last_index}"
                 )
         else:
-            assert not self.progress and not self._pending_reads, f"non-leader {self.id} keeps leader state"
+            assert not self.progress and not self._reads, f"non-leader {self.id} keeps leader state"
         if not self.is_voter:
             assert self._role is Role.FOLLOWER, f"observer {self.id} is {self._role}"
 
