@@ -180,7 +180,13 @@ class BrokerCluster:
             ok = md is not None and md.leader_id == info.leader and md.leader_epoch == info.leader_epoch
             return info.leader if ok else 0
 
-        return int(wait_for(found, timeout_s, f"a live leader of {topic}-{partition}"))
+        try:
+            return int(wait_for(found, timeout_s, f"a live leader of {topic}-{partition}"))
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}; controller: {self.describe(topic, partition)}, brokers: "
+                f"{self.admin.describe_cluster().brokers}"
+            ) from None
 
     def wait_isr(self, topic: str, isr: set[int], timeout_s: float = 30.0, partition: int = 0) -> None:
         """Until the controller committed ``isr`` and the leader acts on it (its metadata shows it)."""

@@ -210,25 +210,66 @@ def test_stalled_follower_holds_the_hw_until_it_leaves_the_isr(cluster: BrokerCl
     assert [v for _, v in cluster.read_all(leader, topic)] == [f"r{i}".encode() for i in range(7)]
 
 
+def test_kip101_diverged_logs_after_two_replicas_fail_together(cluster: BrokerCluster) -> None:
+    """KIP-101 scenario 2 end to end: leader A holds an uncommitted offset 1 that follower B lacks; both
+    die; B comes back first, leads a new epoch and writes a different offset 1. A returns
+    as follower, learns from B's diverging epoch that its epoch ended at 1, truncates its offset 1 and
+    takes B's record: both replicas agree below the HW (compared in the files by the next test)."""
+    topic = "diverge"
+    # B stalls first, so its session expires first and the controller drops it from the ISR: with
+    # clean elections KRaft's fencing keeps B from leading at all. The topic allows unclean election
+    # so that B may lead without A's offset 1 — the divergence that leader epochs must repair.
+    cluster.create_topic(topic, rf=2, min_insync_replicas="1", unclean_leader_election_enable="true")
+    a, b = 101, 102
+    assert cluster.leader(topic) == a
+    assert cluster.produce(a, topic, [b"r0"]).code == ErrorCode.NONE  # acks=all: B has it
+    try:
+        cluster.cluster.signal_node(cluster.broker(b), signal.SIGSTOP)
+        only_on_a = cluster.produce(a, topic, [b"only-on-A"], acks=1)
+        assert (only_on_a.code, only_on_a.base_offset) == (ErrorCode.NONE, 1)
+    finally:
+        for broker_id in (a, b):
+            cluster.cluster.kill_node(cluster.broker(broker_id))
+    # Both fenced (sessions expired) before B returns: a broker that re-registers while its session
+    # is alive first leaves every ISR (its new incarnation lost its memory) and could not lead.
+    wait_for(lambda: {x.broker_id for x in cluster.admin.describe_cluster().brokers if x.fenced} >= {a, b},
+             20, "both brokers fenced")  # fmt: skip
+    cluster.cluster.start_node(cluster.broker(b))
+    assert cluster.leader(topic, timeout_s=45) == b
+    from_b = cluster.produce(b, topic, [b"r1-from-B"], acks=1)
+    assert (from_b.code, from_b.base_offset) == (ErrorCode.NONE, 1)
+    wait_for(lambda: cluster.high_watermark(b, topic) == 2, 20, "B's HW past its own offset 1")
+    cluster.cluster.start_node(cluster.broker(a))
+    cluster.wait_isr(topic, {a, b}, timeout_s=45)
+    cluster.wait_isr("failover", set(BROKERS), timeout_s=45)
+    cluster.wait_isr("stall", set(BROKERS), timeout_s=45)
+    assert [v for _, v in cluster.read_all(b, topic)] == [b"r0", b"r1-from-B"]
+
+
 def test_replicas_hold_identical_logs(cluster: BrokerCluster) -> None:
     """After a clean stop every replica's log holds the same records at every offset below the HW
     (each ISR member's LEO reached it: HW = min LEO over the ISR, and every ISR is full here)."""
-    topics = ("failover", "stall")
-    hws = {t: cluster.high_watermark(cluster.leader(t), t) for t in topics}
+    replicas = {"failover": BROKERS, "stall": BROKERS, "diverge": (101, 102)}
+    hws = {t: cluster.high_watermark(cluster.leader(t), t) for t in replicas}
     graceful = cluster.cluster.down(timeout_s=20.0)
     assert all(graceful.values()), graceful
-    for t in topics:
-        logs = {}
-        for b in BROKERS:
-            log = Log(cluster.cluster.data_dir / f"broker-{b}" / f"{t}-0")
-            try:
-                logs[b] = [
-                    (r.offset, r.value) for r in decode_records(log.read(0, 1 << 30, max_offset=hws[t]))
-                ]
-                while logs[b] and logs[b][-1][0] + 1 < hws[t]:
-                    more = log.read(logs[b][-1][0] + 1, 1 << 30, max_offset=hws[t])
-                    logs[b].extend((r.offset, r.value) for r in decode_records(more))
-            finally:
-                log.close()
-        assert logs[101] == logs[102] == logs[103], f"{t}: replicas differ below HW {hws[t]}"
-        assert len(logs[101]) == hws[t]
+    for t, brokers in replicas.items():
+        logs = {
+            b: _read_log_file(cluster.cluster.data_dir / f"broker-{b}" / f"{t}-0", hws[t]) for b in brokers
+        }
+        first = logs[brokers[0]]
+        assert len(first) == hws[t], f"{t}: {len(first)} records below HW {hws[t]}"
+        assert all(log == first for log in logs.values()), f"{t}: replicas differ below HW {hws[t]}"
+
+
+def _read_log_file(directory: Path, end: int) -> list[tuple[int, bytes]]:
+    log = Log(directory)
+    try:
+        out: list[tuple[int, bytes]] = []
+        while len(out) < end:
+            records = decode_records(log.read(len(out), 1 << 30, max_offset=end))
+            assert records, f"{directory}: nothing at offset {len(out)} below {end}"
+            out.extend((r.offset, r.value) for r in records if r.offset >= len(out))
+        return out
+    finally:
+        log.close()
