@@ -448,8 +448,10 @@ class Consumer:
         """KIP-320: our last fetched epoch ended at ``end_offset`` in the leader's log."""
         position = state.position
         assert position is not None, f"{tp}: a fetch answer without a position"
-        if diverging.end_offset >= position or (diverging.epoch == NO_EPOCH and diverging.end_offset < 0):
-            state.last_fetched_epoch = None  # nothing of ours was lost: fetch again without the check
+        if diverging.end_offset >= position or diverging.end_offset < 0:
+            # Nothing of ours was lost, or the leader knows no epoch <= ours (UNDEFINED_EPOCH_OFFSET):
+            # fetch again without the check; an out-of-range position is then reset by policy.
+            state.last_fetched_epoch = None
             return
         truncation = LogTruncation(tp, position, diverging.end_offset, diverging.epoch)
         log.warning("%s: log truncated from offset %d (our position %d)", tp, diverging.end_offset, position)

@@ -90,10 +90,11 @@ InvalidRecordError = errors.exception_class(ErrorCode.INVALID_RECORD)
 class _BatchResult:
     """The outcome of one batch, shared by its records' futures (Kafka's ``ProduceRequestResult``)."""
 
-    __slots__ = ("base_offset", "callbacks", "done", "error", "log_append_time_ms", "tp")
+    __slots__ = ("base_offset", "buffered_bytes", "callbacks", "done", "error", "log_append_time_ms", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
+        self.buffered_bytes = 0  # key + value bytes of its records, counted against buffer_memory
         self.done = threading.Event()
         self.base_offset = NO_OFFSET
         self.log_append_time_ms = NO_TIMESTAMP
@@ -190,6 +191,7 @@ class Producer:
         delivery_timeout_ms: int = 120_000,
         max_request_size: int = 1_048_576,
         max_block_ms: int = 60_000,
+        buffer_memory: int = 33_554_432,
         metadata_max_age_ms: int = 300_000,
         partitioner: StickyPartitioner | None = None,
         rng: random.Random | None = None,
@@ -205,6 +207,12 @@ class Producer:
         self.compression = COMPRESSION[compression_type]
         self.request_timeout_ms = request_timeout_ms
         self.max_block_ms = max_block_ms
+        if buffer_memory < max_request_size:
+            raise ValueError(
+                f"buffer_memory ({buffer_memory}) must be >= max_request_size ({max_request_size})"
+            )
+        self.buffer_memory = buffer_memory
+        self._buffered_bytes = 0
         self._accumulator = RecordAccumulator(
             AccumulatorConfig(
                 batch_size=batch_size, linger_ms=linger_ms, max_request_size=max_request_size,
@@ -220,6 +228,7 @@ class Producer:
         self._lock = threading.Lock()  # accumulator, partitioner, metadata cache, results
         self._wakeup = threading.Condition(self._lock)
         self._metadata_ready = threading.Condition(self._lock)
+        self._buffer_space = threading.Condition(self._lock)
         self._results: dict[int, _BatchResult] = {}
         self._topic_partitions: dict[str, list[TopicPartition]] = {}  # partition counts as send() saw them
         self._sticky_batches: dict[str, int | None] = {}  # topic -> first batch of its sticky partition
@@ -255,6 +264,9 @@ class Producer:
         with self._lock:
             if self._closing:
                 raise ProducerClosedError("send() after close(): the producer no longer accepts records")
+            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+            if self._buffered_bytes + size > self.buffer_memory:
+                self._wait_for_buffer(size)
             partitions = self._topic_partitions.get(topic) or self._learn_topic(topic)
             num_partitions = len(partitions)
             tp = partitions[self._choose_partition(topic, key, partition, num_partitions)]
@@ -264,13 +276,34 @@ class Producer:
                 if key is None and partition is None:
                     self._maybe_switch_sticky(tp, result.batch_id, num_partitions)
                 self._wakeup.notify()
+            batch_result = self._results[result.batch_id]
+            batch_result.buffered_bytes += size
+            self._buffered_bytes += size
             future = FutureRecordMetadata(
-                self._results[result.batch_id], result.record_index, timestamp,
+                batch_result, result.record_index, timestamp,
                 0 if key is None else len(key), 0 if value is None else len(value), self._lock,
             )  # fmt: skip
         if on_delivery is not None:
             future.add_done_callback(lambda f: _deliver(f, on_delivery))
         return future
+
+    def _wait_for_buffer(self, size: int) -> None:
+        """Block (lock released) while queued records hold ``buffer_memory`` (Kafka's backpressure)."""
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        self._accumulator.begin_flush()  # free space sooner: stop lingering while someone waits
+        self._wakeup.notify()
+        try:
+            while self._buffered_bytes and self._buffered_bytes + size > self.buffer_memory:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closing:
+                    raise TimedOutError(
+                        f"buffer.memory={self.buffer_memory} bytes stayed full for max.block.ms="
+                        f"{self.max_block_ms}: the brokers are not keeping up (or are unreachable)"
+                    )
+                self._buffer_space.wait(min(remaining, IDLE_WAIT_S))
+        finally:
+            if not self._flushers:
+                self._accumulator.end_flush()
 
     def _learn_topic(self, topic: str) -> list[TopicPartition]:
         """The partitions of ``topic`` (waiting for metadata), cached: one object per partition."""
@@ -525,15 +558,21 @@ class Producer:
         self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int, error: Exception | None
     ) -> None:
         result = self._results.pop(batch.batch_id)
+        self._release(result)
         self._callbacks.extend(result.resolve(base_offset, log_append_time_ms, error))
+
+    def _release(self, result: _BatchResult) -> None:
+        self._buffered_bytes -= result.buffered_bytes
+        assert self._buffered_bytes >= 0, f"buffered bytes went negative: {self._buffered_bytes}"
+        self._buffer_space.notify_all()
 
     def _fail_everything(self, message: str) -> None:
         for batch in self._accumulator.abort_all():
             self._finish(batch, NO_OFFSET, NO_TIMESTAMP, ProducerClosedError(message))
         for batch_id in list(self._results):
-            self._callbacks.extend(
-                self._results.pop(batch_id).resolve(NO_OFFSET, NO_TIMESTAMP, ProducerClosedError(message))
-            )
+            result = self._results.pop(batch_id)
+            self._release(result)
+            self._callbacks.extend(result.resolve(NO_OFFSET, NO_TIMESTAMP, ProducerClosedError(message)))
 
     def _maybe_refresh_metadata(self) -> None:
         with self._lock:

@@ -252,3 +252,29 @@ def test_records_to_an_unreachable_leader_time_out() -> None:
     finally:
         producer.close(1.0)
         fake.stop()
+
+
+def test_buffer_memory_applies_backpressure(cluster: FakeCluster) -> None:
+    """send() blocks while buffer.memory is full and goes on as batches complete: nothing is lost."""
+    with Producer(cluster.bootstrap, buffer_memory=2048, max_request_size=1024, batch_size=512) as producer:
+        futures = [producer.send(TOPIC, b"z" * 100, partition=0) for _ in range(200)]
+        producer.flush(TIMEOUT_S)
+        assert [f.result(0).offset for f in futures] == list(range(200))
+
+
+def test_full_buffer_fails_send_after_max_block() -> None:
+    """No broker drains the buffer: send() raises REQUEST_TIMED_OUT after max.block.ms, not hangs."""
+    fake = FakeCluster(broker_ids=(101,))
+    fake.create_topic(TOPIC, 1)
+    producer = Producer(fake.bootstrap, buffer_memory=1024, max_request_size=1024, max_block_ms=300,
+                        request_timeout_ms=300, retry_backoff_ms=20)  # fmt: skip
+    try:
+        producer.send(TOPIC, b"ok", partition=0).result(TIMEOUT_S)
+        fake.stop()
+        with pytest.raises(errors.KafkaError) as raised:
+            for _ in range(20):
+                producer.send(TOPIC, b"x" * 100, partition=0)
+        assert raised.value.code == ErrorCode.REQUEST_TIMED_OUT
+    finally:
+        producer.close(1.0)
+        fake.stop()
