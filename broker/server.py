@@ -84,6 +84,10 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+class BrokerFailedError(Exception):
+    """A background loop of the broker raised: the process stops with EXIT_FAILED."""
+
+
 class ControllerUnavailableError(Exception):
     """No controller answered (all unreachable, or none knows an active controller)."""
 
@@ -146,6 +150,7 @@ class BrokerNode:
         self.shutting_down = False
         self.shutdown_complete = asyncio.Event()
         self.ready = asyncio.Event()
+        self.failed = asyncio.Event()  # a background loop raised: the process exits with EXIT_FAILED
         self.fetchers = FetcherManager(
             config.node_id,
             FetcherConfig(
@@ -217,6 +222,16 @@ class BrokerNode:
                 name="checkpoint",
             ),
         ]
+        for task in self._tasks:
+            task.add_done_callback(self._on_task_done)
+
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        """These loops never end by themselves: one that raised is a bug, and the broker must not go on
+        half-alive (e.g. serving a metadata image it no longer updates). Stop loudly instead."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.critical("broker task %s failed; stopping", task.get_name(), exc_info=task.exception())
+        self.failed.set()
 
     async def register(self) -> None:
         endpoint = metadata_pb2.Endpoint(name=LISTENER_NAME, host=self.config.host, port=self.config.port)
@@ -464,7 +479,13 @@ async def serve(config: BrokerConfig) -> None:
         return
     starting.result()
     print(f"READY {config.node_id}", flush=True)
-    await stopping
+    failing = asyncio.create_task(node.failed.wait(), name="failed")
+    await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
+    if node.failed.is_set():
+        stopping.cancel()
+        await node.stop()
+        raise BrokerFailedError("a broker task failed (see the log above)")
+    failing.cancel()
     log.info("broker %d: controlled shutdown", config.node_id)
     await node.controlled_shutdown()
     await node.stop()
@@ -482,4 +503,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"pykraft broker: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokerFailedError as exc:
+        print(f"pykraft broker: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     return 0

@@ -281,3 +281,20 @@ def test_kip101_diverged_logs(tmp_path: Path) -> None:
     assert h.values(101) == h.values(102) == [b"r0", b"r1-from-B"]
     for manager in h.managers.values():
         manager.close()
+
+
+@pytest.mark.parametrize(
+    ("broker_epoch", "expected"),
+    [(0, ErrorCode.STALE_BROKER_EPOCH), (1, ErrorCode.NONE), (5, ErrorCode.NONE)],
+    ids=["older-than-registered", "registered", "newer-not-yet-seen"],
+)
+def test_follower_fetch_from_a_stale_broker_epoch_is_refused(
+    harness: Harness, broker_epoch: int, expected: ErrorCode
+) -> None:
+    """Zombie fencing: a fetch from an older incarnation than the image's registration is refused."""
+    answers: dict = {}
+    item = FetchRequestPartition(KEY, 0, 1 << 20, 0, None)
+    harness.managers[101].fetch_for_follower(
+        102, broker_epoch, [item], 1 << 20, 1, 0, harness.now_ms, answers.update, lambda: harness.now_ms
+    )
+    assert answers[KEY].code == expected
