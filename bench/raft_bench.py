@@ -319,12 +319,16 @@ def pysyncobj_node(self_addr: str, partners: list[str], use_batch: bool) -> None
         elif op == "throughput":
             reply(_pso_throughput(node, cmd["total"], cmd["window"]))
         elif op == "latency":
-            out = []
-            for _ in range(cmd["samples"]):
+            out, failures = [], 0
+            while len(out) < cmd["samples"] and failures < cmd["samples"]:
                 t0 = time.perf_counter()
-                node.append(b"l" * ENTRY_BYTES, sync=True, timeout=5)
+                try:
+                    node.append(b"l" * ENTRY_BYTES, sync=True, timeout=5)
+                except Exception:  # SyncObjException: timeout or no leader; the sample is dropped
+                    failures += 1
+                    continue
                 out.append((time.perf_counter() - t0) * 1000)
-            reply({"latency": out})
+            reply({"latency": out, "failures": failures})
         elif op == "commit_loop":
             stop_loop.clear()
             threading.Thread(target=commit_loop, daemon=True).start()
@@ -470,7 +474,8 @@ def run_pysyncobj(args: argparse.Namespace) -> dict:
         for i in range(3):
             unbatched.start(i)
         leader = unbatched.leader()
-        lat = unbatched.ask(leader, {"op": "latency", "samples": args.latency_samples})["latency"]
+        answer = unbatched.ask(leader, {"op": "latency", "samples": args.latency_samples})
+        lat, lat_failures = answer["latency"], answer["failures"]
     finally:
         unbatched.stop_all()
         unbatched.stderr_path.unlink()
@@ -480,6 +485,7 @@ def run_pysyncobj(args: argparse.Namespace) -> dict:
         "latency": lat,
         "failover": fail,
         "warnings": warnings,
+        "latency_failures": lat_failures,
     }
 
 
@@ -526,6 +532,7 @@ def report(args: argparse.Namespace, ours: dict, pso: dict) -> None:
         print(f"{name:<22}{fmt.format(a):>14}{fmt.format(b):>14}")
     print(f"pykraft failover trials ms: {[round(x) for x in ours['failover']]}")
     print(f"PySyncObj failover trials ms: {[round(x) for x in pso['failover']]}")
+    print(f"PySyncObj latency run: {pso['latency_failures']} appends failed (dropped from the samples)")
     failed, unanswered = pso["throughput_lost"]
     print(
         f"PySyncObj throughput run: {failed} appends failed, "
