@@ -288,11 +288,11 @@ class ReplicaManager:
         for topic_id, index in image.partitions_hosted_by(self.broker_id):
             topic = image.topics[topic_id]
             hosted[(topic.name, index)] = (topic_id, topic.partitions[index])
-        for tp in [
-            tp for tp in self._applied if tp not in hosted or hosted[tp][0] != self.topic_ids.get(tp[0])
-        ]:
-            deleted = image.topic_by_name(tp[0]) is None or tp not in hosted
-            self._stop_replica(tp, delete=deleted)
+        # Gone, moved away, or re-created under the same name (a new topic id): the local replica is
+        # deleted, as Kafka's StopReplica(delete=true) does; a new replica starts from an empty log.
+        moved = [tp for tp in self._applied if tp not in hosted or hosted[tp][0] != self.topic_ids.get(tp[0])]
+        for tp in moved:
+            self._stop_replica(tp, delete=True)
         for tp, (topic_id, reg) in sorted(hosted.items()):
             if self._applied.get(tp) == reg and not config_changed:
                 continue

@@ -29,6 +29,7 @@ from metadata.records import (
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
+    RemoveTopicRecord,
     TopicRecord,
 )
 from proto.errors import ErrorCode
@@ -298,3 +299,18 @@ def test_follower_fetch_from_a_stale_broker_epoch_is_refused(
         102, broker_epoch, [item], 1 << 20, 1, 0, harness.now_ms, answers.update, lambda: harness.now_ms
     )
     assert answers[KEY].code == expected
+
+
+def test_deleted_and_recreated_topic_starts_from_an_empty_log(harness: Harness) -> None:
+    """A removed topic's replicas stop, answer parked operations and delete their logs; a topic
+    re-created under the same name (new id) never sees the old records."""
+    harness.produce(101, [b"old"], acks=1)
+    parked = harness.produce(101, [b"parked"])
+    old_dir = harness.managers[101].logs[KEY].directory
+    harness.apply(RemoveTopicRecord(TOPIC_ID))
+    assert parked[KEY].code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert not old_dir.exists()
+    assert all(KEY not in m.partitions for m in harness.managers.values())
+    harness.apply(TopicRecord(TOPIC, "topic-id-2"), PartitionRecord("topic-id-2", 0, BROKERS, BROKERS, 101))
+    assert harness.managers[101].logs[KEY].log_end_offset == 0
+    assert harness.produce(101, [b"new"], acks=1)[KEY].base_offset == 0
