@@ -100,15 +100,21 @@ def test_keyed_records_land_where_kafka_python_puts_them(cluster: BrokerCluster)
 
 
 def test_leader_sigkill_loses_no_acknowledged_record(cluster: BrokerCluster) -> None:
-    """acks=all, RF=3, min.insync.replicas=2: SIGKILL the leader while producing; the producer retries
-    on the new leader and every acknowledged record is read back once, at its acknowledged offset."""
+    """acks=all, RF=3, min.insync.replicas=2: SIGKILL the leader while producing and while a consumer
+    tails the partition. The producer retries on the new leader, every acknowledged record is read back
+    at its acknowledged offset, and the tailing consumer (which follows the leader change) never saw a
+    record that is not in the final log at the same offset."""
     topic = "failover"
+    total = 800
     cluster.create_topic(topic, partitions=1, min_insync_replicas="2")
     cluster.wait_isr(topic, {101, 102, 103})
     leader = cluster.leader(topic)
     acked: list[tuple[int, RecordMetadata]] = []
     failed: list[Exception] = []
+    seen: dict[int, bytes | None] = {}
     lock = threading.Lock()
+    halfway = threading.Event()
+    stop = threading.Event()
 
     def report(i: int):
         def callback(metadata: RecordMetadata | None, error: Exception | None) -> None:
@@ -117,21 +123,35 @@ def test_leader_sigkill_loses_no_acknowledged_record(cluster: BrokerCluster) -> 
 
         return callback
 
+    def tail() -> None:
+        with Consumer(
+            cluster.cluster.bootstrap, auto_offset_reset="earliest", retry_backoff_ms=50
+        ) as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            while not stop.is_set():
+                for record in consumer.poll(200):
+                    seen[record.offset] = record.value
+
+    tailer = threading.Thread(target=tail, daemon=True)
+    tailer.start()
     producer = Producer(cluster.cluster.bootstrap, acks="all", linger_ms=2, retry_backoff_ms=50,
                         request_timeout_ms=5000, delivery_timeout_ms=45_000)  # fmt: skip
     try:
-        for i in range(400):
+        for i in range(total):
             producer.send(topic, b"%d" % i, partition=0, on_delivery=report(i))
-        producer.flush(TIMEOUT_S)
-        cluster.cluster.kill_node(cluster.broker(leader))
-        for i in range(400, 800):
-            producer.send(topic, b"%d" % i, partition=0, on_delivery=report(i))
+            if i == total // 3:
+                producer.flush(TIMEOUT_S)
+                halfway.set()
+            if halfway.is_set() and i == total // 3 + 1:
+                cluster.cluster.kill_node(cluster.broker(leader))
         producer.flush(TIMEOUT_S)
     finally:
         producer.close(5.0)
         cluster.cluster.start_node(cluster.broker(leader))
     assert not failed, f"{len(failed)} records failed, e.g. {failed[0]}"
-    records = read_all(cluster.cluster.bootstrap, topic, 800, partitions=1)
+    records = read_all(cluster.cluster.bootstrap, topic, total, partitions=1)
+    stop.set()
+    tailer.join(10)
     values = {r.offset: r.value for r in records}
     assert len(values) == len(records), "one record per offset"
     assert sorted(values) == list(range(len(values))), "offsets contiguous"
@@ -140,6 +160,9 @@ def test_leader_sigkill_loses_no_acknowledged_record(cluster: BrokerCluster) -> 
     # A batch retried after its answer was lost may be there twice (no idempotence): order of first copies.
     first_copies = [int(v) for v in dict.fromkeys(values[o] for o in sorted(values))]
     assert first_copies == sorted(first_copies), "send order kept"
+    assert seen, "the tailing consumer read nothing"
+    wrong = {o: v for o, v in seen.items() if values.get(o) != v}
+    assert not wrong, f"the consumer saw records that are not in the final log: {sorted(wrong)[:10]}"
 
 
 def test_unknown_topic_is_refused_with_its_error(cluster: BrokerCluster) -> None:
