@@ -217,3 +217,33 @@ def test_admin_calls_through_a_broker_reach_the_controller(cluster: BrokerCluste
     with AdminClient(cluster.broker(102).address, timeout_s=20) as admin:
         assert TOPIC in {t.name for t in admin.list_topics()}
         assert admin.describe_topics([TOPIC])[0].partitions[0].replicas == (101, 102, 103)
+
+
+def test_offsets_for_leader_epoch(cluster: BrokerCluster) -> None:
+    """The leader answers the end of an epoch from its leader-epoch cache (KIP-101/KIP-279): after the
+    controlled shutdown above, epoch 0 wrote offset 0, epoch 1 (the other leader) offset 1, and epoch
+    2 runs to the log end offset. A stale current epoch is fenced."""
+    import grpc
+
+    from proto import replica_pb2, replica_pb2_grpc
+
+    leader = cluster.leader(TOPIC)
+    current = cluster.describe(TOPIC).leader_epoch
+    with grpc.insecure_channel(cluster.broker(leader).address) as channel:
+        stub = replica_pb2_grpc.ReplicaServiceStub(channel)
+
+        def ask(epoch: int, current_epoch: int = current):
+            part = replica_pb2.OffsetForLeaderPartition(
+                partition=0, current_leader_epoch=current_epoch, leader_epoch=epoch
+            )
+            request = replica_pb2.OffsetsForLeaderEpochRequest(
+                replica_id=-1, topics=[replica_pb2.OffsetForLeaderTopic(name=TOPIC, partitions=[part])]
+            )
+            return stub.OffsetsForLeaderEpoch(request, timeout=10).topics[0].partitions[0]
+
+        first, second = ask(0), ask(1)
+        assert (first.error.code, first.leader_epoch, first.end_offset) == (0, 0, 1)
+        assert (second.error.code, second.leader_epoch, second.end_offset) == (0, 1, 2)
+        latest = ask(current)
+        assert latest.leader_epoch == current and latest.end_offset >= 2
+        assert ask(0, current - 1).error.code == ErrorCode.FENCED_LEADER_EPOCH
