@@ -68,6 +68,8 @@ class Faults:
     fault_every_ms: int
     election_spread_ms: int  # election timeouts are drawn from [min, min + spread): small = split votes
     max_entries_per_append: int
+    pre_vote: bool = True
+    check_quorum: bool = True
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -86,6 +88,8 @@ class Faults:
             fault_every_ms=rng.choice((60, 150, 300)),
             election_spread_ms=rng.choice((10, 100)),
             max_entries_per_append=rng.choice((1, 3, 8)),
+            pre_vote=rng.random() < 0.8,
+            check_quorum=rng.random() < 0.8,
         )
 
 
@@ -315,6 +319,8 @@ class Simulation:
             max_inflight_appends=4,
             max_entries_per_append=self.faults.max_entries_per_append,
             snapshot_chunk_bytes=SNAPSHOT_CHUNK_BYTES,
+            pre_vote=self.faults.pre_vote,
+            check_quorum=self.faults.check_quorum,
         )
         rng = random.Random(self.rng.getrandbits(32))
         node.core = RaftNode(
