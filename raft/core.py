@@ -743,17 +743,22 @@ class RaftNode:
             self._maybe_send_append(peer)
 
     def _broadcast_heartbeat(self) -> None:
-        """An empty AppendEntries to every peer; it carries the newest ReadIndex context."""
+        """An empty AppendEntries to every peer at its match index (so it always passes the consistency
+        check unless the peer lost its log); it carries the newest ReadIndex context. When the match
+        index is compacted away the snapshot's last index stands in for it."""
         self._reads.heartbeat_needed = False
+        snapshot = self.log.snapshot_meta
         for peer, pr in self.progress.items():
-            prev_term = self.log.term_at(pr.match_index)
-            if prev_term is None or pr.state is PeerState.SNAPSHOT:
-                continue  # the peer is being sent a snapshot, which keeps it following us
-            context = self._reads.last_context if peer in self.config.voters else NO_READ_CONTEXT
-            commit = min(self._commit_index, pr.match_index)
-            self._send(
-                AppendEntries(self.id, peer, self._term, pr.match_index, prev_term, (), commit, context)
+            if pr.state is PeerState.SNAPSHOT:
+                continue  # the chunks keep the peer following us
+            prev = max(pr.match_index, snapshot.last_index)
+            prev_term = self.log.term_at(prev)
+            assert prev_term is not None, (
+                f"no term at {prev} (snapshot {snapshot}, last {self.log.last_index})"
             )
+            context = self._reads.last_context if peer in self.config.voters else NO_READ_CONTEXT
+            commit = min(self._commit_index, prev)
+            self._send(AppendEntries(self.id, peer, self._term, prev, prev_term, (), commit, context))
 
     def _broadcast_append(self) -> None:
         self._needs_broadcast = False
