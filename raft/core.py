@@ -94,6 +94,15 @@ class RaftConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
+    """One node's protocol settings (static membership: the same voters and observers on every node).
+
+    ``election_timeout_*_ms``: a follower campaigns after a random timeout in [min, max) without a
+    leader; min is also the CheckQuorum period and the lease. ``heartbeat_interval_ms`` must be well
+    below min. ``max_inflight_appends`` bounds the pipeline per peer; ``max_entries_per_append`` and
+    ``max_bytes_per_append`` bound one AppendEntries (one entry is always sent, however large);
+    ``snapshot_chunk_bytes`` is the InstallSnapshot chunk size.
+    """
+
     node_id: int
     voters: frozenset[int]
     observers: frozenset[int] = frozenset()
@@ -266,7 +275,9 @@ class RaftNode:
         return self._election_deadline_ms if self.is_voter else NO_DEADLINE
 
     def propose(self, data_list: list[bytes], now_ms: int) -> ProposalAccepted | NotLeader:
-        """Append user entries (one batch) if leader; followers answer with the leader to retry at."""
+        """Append user entries (one batch) if leader; followers answer with the leader to retry at.
+
+        An empty list appends nothing (``last_index == first_index - 1``)."""
         self._advance(now_ms)
         if self._role is not Role.LEADER:
             return NotLeader(self._leader_id)
