@@ -1,7 +1,7 @@
 """Run any number of Raft simulation seeds: ``python -m tests.sim.run_raft --seeds 10000 [--jobs 2]``.
 
 Prints one line per failing seed (with the command that replays it) and a summary; exits 1 on failure.
-``--seed S`` replays one seed and prints its result and trace hash.
+``--seed S`` replays one seed and prints its result and trace hash; add ``--trace`` to print every event.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from tests.sim.raft.sim import SimFailure, run_seed
+from tests.sim.raft.sim import SimFailure, Simulation, run_seed
 
 REPLAY = "python -m tests.sim.run_raft --seed {seed}   (or: python -m pytest tests/sim/raft --seed {seed})"
 
@@ -32,10 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=0, help="first seed")
     parser.add_argument("--seed", type=int, default=None, help="replay one seed")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--trace", action="store_true", help="with --seed: print every event")
     args = parser.parse_args(argv)
     if args.seed is not None:
         try:
-            print(run_seed(args.seed))
+            print(Simulation(args.seed, echo=args.trace).run())
         except SimFailure as exc:
             print(exc)
             return 1

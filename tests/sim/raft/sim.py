@@ -237,8 +237,9 @@ class SimResult:
 class Simulation:
     """One seed's run; ``run()`` returns a ``SimResult`` or raises ``SimFailure`` naming the seed."""
 
-    def __init__(self, seed: int, faults: Faults | None = None) -> None:
+    def __init__(self, seed: int, faults: Faults | None = None, echo: bool = False) -> None:
         self.seed = seed
+        self.echo = echo  # print every trace line (replaying a failure)
         self.rng = random.Random(seed)
         self.faults = faults or Faults.draw(self.rng)
         f = self.faults
@@ -303,6 +304,8 @@ class Simulation:
 
     def note(self, text: str) -> None:
         self.trace.update(b"%d %s\n" % (self.now, text.encode()))
+        if self.echo:
+            print(f"{self.now:>6} {text}")
 
     # ---- nodes -------------------------------------------------------------------------------------
 
