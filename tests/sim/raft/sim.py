@@ -623,6 +623,9 @@ class Simulation:
                 self.check.fail(
                     f"acknowledged proposal {data!r} at {index} became {committed!r} (term {term})"
                 )
+        lowest = min(n.sm.applied_index for n in self.nodes.values())
+        if self.check.acked and lowest < max(self.check.acked):
+            self.check.fail(f"acknowledged index {max(self.check.acked)} missing: {self.describe()}")
         digests = {n.sm.digest for n in self.nodes.values()}
         if len(digests) != 1:
             self.check.fail(
