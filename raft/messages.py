@@ -164,6 +164,10 @@ class Ready:
     3. send ``messages_after_persist`` (votes and append acknowledgements promise durability);
     4. report ``persisted(last_index, last_term)`` back to the core when ``entries`` were written;
     5. apply ``committed`` entries to the state machine, in order; serve ``read_states``.
+
+    A ``snapshot`` (received from the leader) replaces the state machine: restore it before applying
+    ``committed`` (which then starts after ``snapshot.meta.last_index``). Finish one Ready before
+    taking the next: an acknowledgement in a later Ready may rely on this one being durable.
     """
 
     hard_state: HardState | None = None
