@@ -75,24 +75,24 @@ class RequestVoteReply(_message.Message):
     def __init__(self, response: _Optional[_Union[RequestVoteResponse, _Mapping]] = ...) -> None: ...
 
 class AppendEntriesRequest(_message.Message):
-    __slots__ = ("src", "dst", "term", "prev_log_index", "prev_log_term", "entries", "leader_commit", "read_context")
+    __slots__ = ("src", "dst", "term", "prev_log_index", "prev_log_term", "leader_commit", "read_context", "packed_entries")
     SRC_FIELD_NUMBER: _ClassVar[int]
     DST_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     PREV_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
     PREV_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
-    ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LEADER_COMMIT_FIELD_NUMBER: _ClassVar[int]
     READ_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    PACKED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     src: int
     dst: int
     term: int
     prev_log_index: int
     prev_log_term: int
-    entries: _containers.RepeatedCompositeFieldContainer[Entry]
     leader_commit: int
     read_context: int
-    def __init__(self, src: _Optional[int] = ..., dst: _Optional[int] = ..., term: _Optional[int] = ..., prev_log_index: _Optional[int] = ..., prev_log_term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., leader_commit: _Optional[int] = ..., read_context: _Optional[int] = ...) -> None: ...
+    packed_entries: bytes
+    def __init__(self, src: _Optional[int] = ..., dst: _Optional[int] = ..., term: _Optional[int] = ..., prev_log_index: _Optional[int] = ..., prev_log_term: _Optional[int] = ..., leader_commit: _Optional[int] = ..., read_context: _Optional[int] = ..., packed_entries: _Optional[bytes] = ...) -> None: ...
 
 class AppendEntriesResponse(_message.Message):
     __slots__ = ("src", "dst", "term", "success", "match_index", "conflict_term", "conflict_index", "read_context")

@@ -28,6 +28,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
@@ -58,16 +59,15 @@ MAX_COALESCED_ENTRIES = 512
 MAX_COALESCED_BYTES = 2 << 20
 RequestHandler = Callable[[Message], Awaitable[Message | None]]
 ResponseSink = Callable[[Message], None]
+_PACKED_ENTRY = struct.Struct(">QBI")
+_KINDS = {kind.value: kind for kind in EntryKind}
+
+
+class MalformedMessageError(ValueError):
+    """A peer sent bytes that do not decode; the call is refused with INVALID_ARGUMENT."""
+
 
 # ---- dataclass <-> protobuf -----------------------------------------------------------------------
-
-
-def entry_to_proto(e: Entry) -> raft_pb2.Entry:
-    return raft_pb2.Entry(term=e.term, index=e.index, data=e.data, kind=int(e.kind))
-
-
-def entry_from_proto(p: raft_pb2.Entry) -> Entry:
-    return Entry(term=p.term, index=p.index, data=p.data, kind=EntryKind(p.kind))
 
 
 def meta_to_proto(m: SnapshotMeta) -> raft_pb2.SnapshotMeta:
@@ -112,6 +112,33 @@ def vote_response_from_proto(p: raft_pb2.RequestVoteResponse) -> RequestVoteResp
     return RequestVoteResponse(src=p.src, dst=p.dst, term=p.term, granted=p.granted, pre_vote=p.pre_vote)
 
 
+def pack_entries(entries: tuple[Entry, ...]) -> bytes:
+    """``term u64 | kind u8 | length u32 | data`` per entry (see ``AppendEntriesRequest.packed_entries``)."""
+    pack = _PACKED_ENTRY.pack
+    parts = []
+    for e in entries:
+        parts.append(pack(e.term, e.kind, len(e.data)))
+        parts.append(e.data)
+    return b"".join(parts)
+
+
+def unpack_entries(first_index: int, packed: bytes) -> tuple[Entry, ...]:
+    """Decode ``pack_entries`` output at ``first_index``, ...; ``MalformedMessageError`` if cut or garbled."""
+    unpack, head, end = _PACKED_ENTRY.unpack_from, _PACKED_ENTRY.size, len(packed)
+    entries, position, index = [], 0, first_index
+    while position < end:
+        if position + head > end:
+            raise MalformedMessageError(f"entry {index}: {end - position} bytes left, header needs {head}")
+        term, kind, length = unpack(packed, position)
+        position += head
+        if position + length > end or kind not in _KINDS:
+            raise MalformedMessageError(f"entry {index}: length {length} or kind {kind} does not fit")
+        entries.append(Entry(term, index, packed[position : position + length], _KINDS[kind]))
+        position += length
+        index += 1
+    return tuple(entries)
+
+
 def append_to_proto(m: AppendEntries) -> raft_pb2.AppendEntriesRequest:
     return raft_pb2.AppendEntriesRequest(
         src=m.src,
@@ -119,7 +146,7 @@ def append_to_proto(m: AppendEntries) -> raft_pb2.AppendEntriesRequest:
         term=m.term,
         prev_log_index=m.prev_log_index,
         prev_log_term=m.prev_log_term,
-        entries=[entry_to_proto(e) for e in m.entries],
+        packed_entries=pack_entries(m.entries),
         leader_commit=m.leader_commit,
         read_context=m.read_context,
     )
@@ -132,7 +159,7 @@ def append_from_proto(p: raft_pb2.AppendEntriesRequest) -> AppendEntries:
         term=p.term,
         prev_log_index=p.prev_log_index,
         prev_log_term=p.prev_log_term,
-        entries=tuple(entry_from_proto(e) for e in p.entries),
+        entries=unpack_entries(p.prev_log_index + 1, p.packed_entries),
         leader_commit=p.leader_commit,
         read_context=p.read_context,
     )
@@ -288,7 +315,11 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
 
     async def AppendEntries(self, request, context):
         await self._admit(request.src, request.dst, context)
-        response = await self._handle(append_from_proto(request))
+        try:
+            message = append_from_proto(request)
+        except MalformedMessageError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"AppendEntries from {request.src}: {exc}")
+        response = await self._handle(message)
         if isinstance(response, AppendEntriesResponse):
             return raft_pb2.AppendEntriesReply(response=append_response_to_proto(response))
         return raft_pb2.AppendEntriesReply()

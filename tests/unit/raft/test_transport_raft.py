@@ -25,12 +25,14 @@ from raft.messages import (
     TimeoutNow,
 )
 from raft.transport import (
+    MalformedMessageError,
     Transport,
     append_from_proto,
     append_response_from_proto,
     append_response_to_proto,
     append_to_proto,
     coalesce,
+    pack_entries,
     request_vote_from_proto,
     request_vote_to_proto,
     snapshot_chunk_from_proto,
@@ -40,6 +42,7 @@ from raft.transport import (
     timeout_now_from_proto,
     timeout_now_to_proto,
     trim_acknowledged,
+    unpack_entries,
     vote_response_from_proto,
     vote_response_to_proto,
 )
@@ -95,6 +98,20 @@ def test_round_trip_is_lossless(message, to_proto, from_proto) -> None:
     wire = to_proto(message).SerializeToString()
     parsed = type(to_proto(message)).FromString(wire)
     assert from_proto(parsed) == message
+
+
+MALFORMED = [
+    pytest.param(pack_entries(ENTRIES)[:-1], "does not fit", id="cut-data"),
+    pytest.param(pack_entries(ENTRIES) + b"\x00" * 5, "header needs 13", id="cut-header"),
+    pytest.param(b"\x00" * 8 + b"\x07" + b"\x00" * 4, "kind 7", id="unknown-kind"),
+]
+
+
+@pytest.mark.parametrize(("packed", "message"), MALFORMED)
+def test_malformed_packed_entries_are_refused(packed: bytes, message: str) -> None:
+    """Bytes from the network get a named error, never an assertion or a half-decoded append."""
+    with pytest.raises(MalformedMessageError, match=message):
+        unpack_entries(5, packed)
 
 
 def ae(prev: int, count: int, *, term: int = 2, commit: int = 0, ctx: int = 0) -> AppendEntries:
