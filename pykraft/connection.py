@@ -23,6 +23,9 @@ from proto.errors import ErrorCode
 from proto.serving import GRPC_OPTIONS
 
 NetworkError = errors.exception_class(ErrorCode.NETWORK_EXCEPTION)
+# Metadata is small and any broker can answer it: a stalled broker (SIGSTOP, GC, overload) must not
+# hold a refresh for the whole request timeout before the next address is tried.
+METADATA_TIMEOUT_S_MAX = 5.0
 
 
 def parse_bootstrap(bootstrap_servers: str | Sequence[str]) -> list[str]:
@@ -75,7 +78,9 @@ def fetch_metadata(
     topics: Sequence[str],
     timeout_s: float,
 ) -> broker_pb2.MetadataResponse:
-    """Ask ``addresses`` in order until one answers Metadata for ``topics``."""
+    """Ask ``addresses`` in order until one answers Metadata for ``topics`` (each within ``timeout_s``,
+    at most ``METADATA_TIMEOUT_S_MAX``)."""
+    timeout_s = min(timeout_s, METADATA_TIMEOUT_S_MAX)
     request = broker_pb2.MetadataRequest(topics=list(topics), all_topics=not topics)
     failures: list[str] = []
     for address in dict.fromkeys(addresses):
