@@ -577,7 +577,19 @@ class ReplicaManager:
         self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.consumer_fetches,
                     self._consumer_readiness)  # fmt: skip
 
-    def _fetch(self, items, min_bytes, max_wait_ms, now_ms, callback, read, purgatory, readiness) -> None:
+    def _fetch(
+        self,
+        items: list[FetchRequestPartition],
+        min_bytes: int,
+        max_wait_ms: int,
+        now_ms: int,
+        callback: FetchCallback,
+        read: Callable[[], dict[TP, FetchResult]],
+        purgatory: FetchPurgatory,
+        readiness: Callable[[TopicPartition, int], FetchReadiness],
+    ) -> None:
+        """Answer now when ``min_bytes`` are there, a partition must answer at once, or no wait is
+        allowed; else park in ``purgatory`` and read again when it completes (woken or expired)."""
         results = read()
         size = sum(len(r.records) for r in results.values())
         if max_wait_ms <= 0 or size >= min_bytes or any(r.answers_now for r in results.values()):
