@@ -31,6 +31,8 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "request.timeout.ms": ("request_timeout_ms", 1),
     "replica.high.watermark.checkpoint.interval.ms": ("high_watermark_checkpoint_interval_ms", 1),
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", 1),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1),
+    "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", 1),
 }
 # Broker-wide defaults of topic configs (a topic's own setting wins).
 TOPIC_DEFAULT_KEYS = frozenset(
@@ -77,6 +79,8 @@ class BrokerSettings:
     request_timeout_ms: int = 30_000
     high_watermark_checkpoint_interval_ms: int = 5_000
     controlled_shutdown_timeout_ms: int = 30_000
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_scheduler_interval_ms: int = 1_000
     # Broker defaults of topic configs, as strings (Kafka's names), e.g. {"min.insync.replicas": "2"}.
     topic_defaults: tuple[tuple[str, str], ...] = ()
 

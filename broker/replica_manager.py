@@ -835,8 +835,27 @@ class ReplicaManager:
         return sorted(tp for tp, p in self.partitions.items() if p.role is Role.LEADER)
 
     def write_checkpoints(self) -> None:
+        """HW, log start offset and recovery point of every log (the checkpoint timer)."""
         for plog in self.logs.values():
             plog.write_checkpoints()
+
+    def maybe_flush(self) -> None:
+        """fsync the logs whose flush.ms elapsed (durability otherwise comes from replication)."""
+        for plog in self.logs.values():
+            plog.maybe_flush()
+
+    def delete_old_segments(self) -> int:
+        """Retention (retention.ms / retention.bytes, whole segments below the HW); the log start
+        offset moves forward and the partition learns it. Returns the number of segments deleted."""
+        deleted = 0
+        for tp, plog in self.logs.items():
+            count = plog.delete_old_segments()
+            if count:
+                deleted += count
+                self.partitions[tp].on_log_start_offset(plog.log_start_offset)
+                log.info("%s-%d: retention deleted %d segments; log start offset %d", *tp, count,
+                         plog.log_start_offset)  # fmt: skip
+        return deleted
 
     def close(self) -> None:
         for tp in list(self.partitions):

@@ -15,7 +15,9 @@ Startup, in order:
    STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED makes the broker register again.
 
 Timers: the ISR check every ``replica.lag.time.max.ms / 2``, HW checkpoints every
-``replica.high.watermark.checkpoint.interval.ms``, and one wake-up at the earliest purgatory deadline.
+``replica.high.watermark.checkpoint.interval.ms``, retention every ``log.retention.check.interval.ms``,
+flush.ms checks every ``log.flush.scheduler.interval.ms``, and one wake-up at the earliest purgatory
+deadline.
 ISR proposals go to the controller as AlterPartition, retried while they are still pending.
 
 SIGTERM / SIGINT: controlled shutdown — heartbeats ask ``want_shut_down`` until the controller says
@@ -220,6 +222,16 @@ class BrokerNode:
                     settings.high_watermark_checkpoint_interval_ms / 1000, self.manager.write_checkpoints
                 ),
                 name="checkpoint",
+            ),
+            asyncio.create_task(
+                self._every(
+                    settings.log_retention_check_interval_ms / 1000, self.manager.delete_old_segments
+                ),
+                name="retention",
+            ),
+            asyncio.create_task(
+                self._every(settings.log_flush_scheduler_interval_ms / 1000, self.manager.maybe_flush),
+                name="flush",
             ),
         ]
         for task in self._tasks:

@@ -67,7 +67,7 @@ class FakeFetchers:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, replicas=BROKERS, min_insync: str = "2") -> None:
+    def __init__(self, tmp_path: Path, replicas=BROKERS, min_insync: str = "2", **configs: str) -> None:
         self.tmp_path = tmp_path
         self.now_ms = 1_000
         self.image = MetadataImage()
@@ -80,6 +80,10 @@ class Harness:
         records += [
             TopicRecord(TOPIC, TOPIC_ID),
             ConfigRecord(ConfigResourceType.TOPIC, TOPIC, "min.insync.replicas", min_insync),
+            *(
+                ConfigRecord(ConfigResourceType.TOPIC, TOPIC, k.replace("_", "."), v)
+                for k, v in configs.items()
+            ),
             PartitionRecord(TOPIC_ID, 0, tuple(replicas), tuple(replicas), replicas[0]),
         ]
         self.apply(*records)
@@ -314,3 +318,26 @@ def test_deleted_and_recreated_topic_starts_from_an_empty_log(harness: Harness) 
     harness.apply(TopicRecord(TOPIC, "topic-id-2"), PartitionRecord("topic-id-2", 0, BROKERS, BROKERS, 101))
     assert harness.managers[101].logs[KEY].log_end_offset == 0
     assert harness.produce(101, [b"new"], acks=1)[KEY].base_offset == 0
+
+
+def test_retention_moves_the_log_start_on_leader_and_followers(tmp_path: Path) -> None:
+    """Retention deletes whole segments below the HW; consumers then get OFFSET_OUT_OF_RANGE below the
+    new log start offset, and followers move their log start with the leader's (never past their HW)."""
+    h = Harness(tmp_path, replicas=(101, 102), min_insync="1", segment_bytes="200", retention_bytes="300")
+    for i in range(10):
+        h.produce(101, [f"value-{i:04}".encode()], acks=1)
+    for _ in range(20):  # one read stays inside one segment: several fetches
+        h.replicate(102)
+    assert h.hw(101) == h.hw(102) == 10
+    assert h.managers[101].delete_old_segments() > 0
+    start = h.managers[101].logs[KEY].log_start_offset
+    assert 0 < start <= 10 and h.managers[101].partitions[KEY].log_start_offset == start
+    answers: dict = {}
+    h.managers[101].fetch_for_consumer(
+        [FetchRequestPartition(KEY, 0, 1 << 20, None, None)], 1 << 20, 1, 0, h.now_ms, answers.update
+    )
+    assert answers[KEY].code == ErrorCode.OFFSET_OUT_OF_RANGE and answers[KEY].log_start_offset == start
+    h.replicate(102)
+    assert h.managers[102].logs[KEY].log_start_offset == start
+    for manager in h.managers.values():
+        manager.close()
