@@ -192,6 +192,10 @@ class Consumer:
                     f"could not look up the position of {tp} (no leader answered ListOffsets)"
                 )
             time.sleep(self.retry_backoff_ms / 1000)
+        # Fetched but not yet returned records do not count as consumed (Kafka's position()).
+        for r in self._buffer:
+            if r.partition == tp.partition and r.topic == tp.topic:
+                return r.offset
         return state.position
 
     def high_watermark(self, tp: TopicPartition) -> int:

@@ -207,3 +207,16 @@ def test_misuse_gets_a_named_error(cluster: FakeCluster, call, code: ErrorCode) 
 def test_partitions_for_lists_the_topic(cluster: FakeCluster) -> None:
     with Consumer(cluster.bootstrap) as consumer:
         assert consumer.partitions_for(TOPIC) == [0, 1]
+
+
+
+def test_position_counts_only_returned_records(cluster: FakeCluster) -> None:
+    """Kafka's position(): the offset of the next record poll() returns, not where fetching got to."""
+    produce(cluster, [b"%d" % i for i in range(25)])
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest", max_poll_records=10) as consumer:
+        consumer.assign([TP0])
+        first = read(consumer, 10)
+        assert [r.offset for r in first] == list(range(10))
+        assert consumer.position(TP0) == 10
+        assert [r.offset for r in read(consumer, 10)] == list(range(10, 20))
+        assert consumer.position(TP0) == 20
