@@ -339,6 +339,8 @@ class BrokerNode:
 
     async def _heartbeat_loop(self) -> None:
         interval_s = self.config.settings.broker_heartbeat_interval_ms / 1000
+        # A hung controller must not delay the next heartbeat past the session: try the next one soon.
+        heartbeat_timeout_s = max(1.0, 2 * interval_s)
         while True:
             request = controller_pb2.BrokerHeartbeatRequest(
                 broker_id=self.config.node_id,
@@ -348,7 +350,7 @@ class BrokerNode:
             )
             try:
                 response = await self.controllers.call(
-                    controller_pb2_grpc.ControllerServiceStub, "BrokerHeartbeat", request
+                    controller_pb2_grpc.ControllerServiceStub, "BrokerHeartbeat", request, heartbeat_timeout_s
                 )
             except ControllerUnavailableError as exc:
                 log.info("heartbeat: %s", exc)

@@ -4,8 +4,10 @@ traceback), and SIGTERM stops a broker that cannot reach any controller yet."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,15 @@ from pykraft.cluster import free_port
 pytestmark = pytest.mark.integration
 
 
-def broker_command(tmp_path: Path, *extra: str) -> list[str]:
+def broker_command(tmp_path: Path, *extra: str, port: int | None = None) -> list[str]:
     return [sys.executable, "-m", "pykraft.cli", "broker", "--node-id", "101", "--listen",
-            f"127.0.0.1:{free_port()}", "--controllers", f"127.0.0.1:{free_port()}",
+            f"127.0.0.1:{port or free_port()}", "--controllers", f"127.0.0.1:{free_port()}",
             "--data-dir", str(tmp_path / "data"), *extra]  # fmt: skip
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.mark.parametrize(
@@ -40,11 +47,17 @@ def test_bad_override_exits_2_naming_it(tmp_path: Path, extra: list[str], named:
 
 
 def test_sigterm_stops_a_broker_that_has_no_controller(tmp_path: Path) -> None:
-    proc = subprocess.Popen(broker_command(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    port = free_port()
+    proc = subprocess.Popen(
+        broker_command(tmp_path, port=port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
-        # The process keeps retrying its registration; wait until its event loop runs (the port serves).
-        with pytest.raises(subprocess.TimeoutExpired):
-            proc.wait(timeout=3)
+        # It serves (signal handlers installed) and keeps retrying its registration meanwhile.
+        deadline = time.monotonic() + 60
+        while not port_open(port):
+            assert proc.poll() is None, "the broker exited before serving"
+            assert time.monotonic() < deadline, "the broker never opened its port"
+            time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:
