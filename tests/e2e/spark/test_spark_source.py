@@ -9,18 +9,18 @@ the brokers (see the issue's section 3).
 from __future__ import annotations
 
 import datetime as dt
-import time
-from pathlib import Path
 
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
+from stream_helpers import run_stream
 
 from spark.options import TopicPartition
 from storage.compression import CompressionType
 from storage.record_batch import TimestampType
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# The first Spark query of the session (worker start-up) can take minutes on a loaded 2-core box.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
 
@@ -259,43 +259,6 @@ def test_bad_ranges_fail_at_planning(spark, fake_cluster, options, fragment) -> 
     assert fake_cluster.fetch_count == fetches
 
 
-def _run_stream(spark, cluster, checkpoint: Path, out: Path, *, available_now: bool, stop_after_batches=None):
-    stream = (
-        spark.readStream.format("pykraft")
-        .option("bootstrap.servers", cluster.bootstrap)
-        .option("subscribe", "s")
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "15")
-        .load()
-        .selectExpr("partition", "offset", "value")
-    )
-    writer = stream.writeStream.format("parquet").option("checkpointLocation", str(checkpoint))
-    writer = (
-        writer.trigger(availableNow=True)
-        if available_now
-        else writer.trigger(processingTime="100 milliseconds")
-    )
-    query = writer.start(str(out))
-    try:
-        if available_now:
-            assert query.awaitTermination(120), "availableNow query did not finish in 120 s"
-        else:
-            deadline = time.monotonic() + 120
-            while len(query.recentProgress) < stop_after_batches or not _batches_done(
-                query, stop_after_batches
-            ):
-                assert time.monotonic() < deadline, f"no {stop_after_batches} batches in 120 s"
-                assert query.exception() is None, query.exception()
-                time.sleep(0.1)
-    finally:
-        query.stop()
-    assert query.exception() is None, query.exception()
-
-
-def _batches_done(query, count: int) -> bool:
-    return sum(1 for p in query.recentProgress if p["numInputRows"] > 0) >= count
-
-
 def test_streaming_restart_from_checkpoint_is_exactly_once(spark, fake_cluster, tmp_path) -> None:
     """Stop a stream mid-backlog, produce more and add a partition, restart from the checkpoint:
     every committed record is in the file sink exactly once, and new partitions are read from earliest."""
@@ -303,7 +266,7 @@ def test_streaming_restart_from_checkpoint_is_exactly_once(spark, fake_cluster, 
     for p in range(2):
         fake_cluster.append(TopicPartition("s", p), records(30, seed=p))
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
-    _run_stream(spark, fake_cluster, checkpoint, out, available_now=False, stop_after_batches=2)
+    run_stream(spark, fake_cluster.bootstrap, "s", checkpoint, out, available_now=False, stop_after_batches=2)
     first = spark.read.parquet(str(out)).count()
     assert 0 < first < 60, f"the first run should stop mid-backlog (15 per trigger), read {first}"
     for p in range(2):
@@ -311,7 +274,7 @@ def test_streaming_restart_from_checkpoint_is_exactly_once(spark, fake_cluster, 
     fake_cluster.add_partitions("s", 3)
     fake_cluster.append(TopicPartition("s", 2), records(7, seed=9))
     fake_cluster.append(TopicPartition("s", 2), records(5, seed=9), commit=False)  # above the HW
-    _run_stream(spark, fake_cluster, checkpoint, out, available_now=True)
+    run_stream(spark, fake_cluster.bootstrap, "s", checkpoint, out, available_now=True)
     got = sorted((r.partition, r.offset) for r in spark.read.parquet(str(out)).collect())
     expected = sorted([(p, o) for p in range(2) for o in range(40)] + [(2, o) for o in range(7)])
     assert got == expected
