@@ -136,6 +136,7 @@ class DriverConfig:
         return RaftConfig(
             node_id=self.node_id,
             voters=frozenset(self.voters.ids),
+            observers=frozenset(self.voters.observer_ids),
             election_timeout_min_ms=self.election_timeout_ms,
             election_timeout_max_ms=2 * self.election_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,

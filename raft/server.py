@@ -2,8 +2,8 @@
 
     python -m raft.server --node-id 1 --listen 127.0.0.1:9093 \\
         --voters 1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 --data-dir /tmp/n1 \\
-        [--election-timeout-ms 300] [--heartbeat-interval-ms 50] [--snapshot-every-entries 10000] \\
-        [--enable-fault-injection]
+        [--observers 4@127.0.0.1:9096] [--election-timeout-ms 300] [--heartbeat-interval-ms 50] \\
+        [--snapshot-every-entries 10000] [--enable-fault-injection]
 
 One gRPC port serves ``RaftService`` (peers), ``RaftClientService`` (clients; see proto/raft.proto)
 and the standard health service. The state machine is ``AppendOnlyLog``: every committed entry is kept
@@ -87,7 +87,7 @@ class ClientService(raft_pb2_grpc.RaftClientServiceServicer):
         self._faults = faults
 
     def _hint(self, leader_id: int) -> raft_pb2.LeaderHint:
-        if leader_id == NO_NODE or leader_id not in self._voters.ids:
+        if leader_id == NO_NODE or leader_id not in self._voters.ids:  # only a voter leads
             return raft_pb2.LeaderHint()
         return raft_pb2.LeaderHint(leader_id=leader_id, leader_address=self._voters.voter(leader_id).address)
 
@@ -166,7 +166,8 @@ class ClientService(raft_pb2_grpc.RaftClientServiceServicer):
                 error_code=ErrorCode.INVALID_REQUEST,
                 error_message="fault injection is disabled; start the node with --enable-fault-injection",
             )
-        unknown = sorted(set(request.blocked_peer_ids) - set(self._voters.ids))
+        members = set(self._voters.ids) | set(self._voters.observer_ids)
+        unknown = sorted(set(request.blocked_peer_ids) - members)
         if unknown:
             return raft_pb2.SetPartitionResponse(
                 error_code=ErrorCode.INVALID_REQUEST, error_message=f"unknown peer ids {unknown}"
@@ -182,6 +183,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--node-id", type=int, required=True)
     parser.add_argument("--listen", required=True, help="host:port of this node's gRPC server")
     parser.add_argument("--voters", required=True, help="1@host:port,2@host:port,3@host:port")
+    parser.add_argument("--observers", default="", help="nodes that only follow: 4@host:port,...")
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--election-timeout-ms", type=int, default=300)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=50)
@@ -193,8 +195,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_config(args: argparse.Namespace) -> DriverConfig:
-    voters = parse_voters(args.voters)
-    voters.voter(args.node_id)  # raises QuorumConfigError if this node is not a voter
+    voters = parse_voters(args.voters, args.observers)
+    voters.member(args.node_id)  # raises QuorumConfigError if this node is neither voter nor observer
     if args.election_timeout_ms <= args.heartbeat_interval_ms:
         raise QuorumConfigError(
             f"--election-timeout-ms ({args.election_timeout_ms}) must exceed "

@@ -55,19 +55,28 @@ class RaftCluster:
     tmp: Path
     size: int
     snapshot_every: int = 10_000
+    observers: int = 0  # node ids size+1 .. size+observers
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
     channels: dict[int, grpc.Channel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = free_ports(self.size)
-        self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))
-        for node in self.ids:
+        self.ports = free_ports(self.size + self.observers)
+        self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports[: self.size]))
+        self.observer_list = ",".join(
+            f"{self.size + i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports[self.size :])
+        )
+        for node in self.all_ids:
             self.channels[node] = grpc.insecure_channel(self.address(node))
 
     @property
     def ids(self) -> list[int]:
+        """The voters."""
         return list(range(1, self.size + 1))
+
+    @property
+    def all_ids(self) -> list[int]:
+        return list(range(1, self.size + self.observers + 1))
 
     def address(self, node: int) -> str:
         return f"127.0.0.1:{self.ports[node - 1]}"
@@ -78,7 +87,8 @@ class RaftCluster:
     def start(self, node: int) -> None:
         cmd = [
             sys.executable, "-m", "raft.server", "--node-id", str(node), "--listen", self.address(node),
-            "--voters", self.voters, "--data-dir", str(self.tmp / f"node{node}"),
+            "--voters", self.voters, "--observers", self.observer_list,
+            "--data-dir", str(self.tmp / f"node{node}"),
             "--election-timeout-ms", str(ELECTION_TIMEOUT_MS), "--heartbeat-interval-ms", str(HEARTBEAT_MS),
             "--rpc-timeout-ms", "1000", "--snapshot-every-entries", str(self.snapshot_every),
             "--enable-fault-injection", "--log-level", "INFO",
@@ -88,7 +98,7 @@ class RaftCluster:
         log.close()
 
     def start_all(self) -> None:
-        for node in self.ids:
+        for node in self.all_ids:
             self.start(node)
 
     def signal(self, node: int, sig: signal.Signals) -> None:
@@ -106,7 +116,7 @@ class RaftCluster:
             channel.close()
 
     def wait_serving(self, nodes: list[int] | None = None) -> None:
-        nodes = self.ids if nodes is None else nodes
+        nodes = self.all_ids if nodes is None else nodes
         wait_until(lambda: all(self.status(n) is not None for n in nodes), f"nodes {nodes} to serve")
 
     def alive(self) -> list[int]:

@@ -180,7 +180,10 @@ def test_follower_behind_the_snapshot_gets_install_snapshot(make_cluster) -> Non
     [
         pytest.param(lambda d: None, ["--voters", "1@127.0.0.1:1,2@x"], "voter '2@x'", id="bad-voters"),
         pytest.param(
-            lambda d: None, ["--voters", "2@127.0.0.1:1"], "node 1 is not a voter", id="not-a-voter"
+            lambda d: None,
+            ["--voters", "2@127.0.0.1:1"],
+            "node 1 is neither a voter nor an observer",
+            id="not-a-member",
         ),
         pytest.param(
             lambda d: (d / "raft").mkdir(parents=True) or (d / "raft" / "junk").write_text("x"),
@@ -229,3 +232,21 @@ def test_sigterm_hands_leadership_over_and_reads_are_linearizable(make_cluster) 
     survivors = [n for n in cluster.ids if n != leader]
     cluster.wait_applied(survivors, first)
     assert_logs_hold(cluster, survivors, [(last, b"y"), (first, b"after-transfer")])
+
+
+def test_observer_follows_committed_entries_without_voting(make_cluster) -> None:
+    """Observers (how brokers will follow the metadata log) receive committed entries only; they
+    never vote, never lead, and their loss does not stop the quorum from committing."""
+    cluster = make_cluster(3, observers=1)
+    observer = 4
+    leader = cluster.leader()
+    acked = []
+    for i in range(10):
+        first, _ = cluster.propose_committed([f"o{i}".encode()])
+        acked.append((first, f"o{i}".encode()))
+    cluster.wait_applied(cluster.all_ids, acked[-1][0])
+    assert_logs_hold(cluster, [*cluster.ids, observer], acked)
+    assert not cluster.status(observer).is_leader and cluster.status(observer).leader_id == leader
+    cluster.signal(observer, signal.SIGKILL)
+    first, _ = cluster.propose_committed([b"without-observer"])
+    cluster.wait_applied(cluster.ids, first)

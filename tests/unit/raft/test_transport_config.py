@@ -55,3 +55,15 @@ def test_peers_and_lookup() -> None:
     assert config.voter(3).address == "c:3"
     with pytest.raises(QuorumConfigError, match="node 4 is not a voter"):
         config.voter(4)
+
+
+def test_observers_are_members_but_not_voters() -> None:
+    """Observers follow the log (Raft learners): peers for the transport, absent from the vote count."""
+    config = parse_voters("1@a:1,2@b:2,3@c:3", observers="4@d:4")
+    assert config.ids == (1, 2, 3) and config.observer_ids == (4,)
+    assert [v.node_id for v in config.peers_of(1)] == [2, 3, 4]
+    assert config.member(4).address == "d:4"
+    with pytest.raises(QuorumConfigError, match="node 4 is not a voter"):
+        config.voter(4)
+    with pytest.raises(QuorumConfigError, match=r"unique across voters and observers; repeated: \[3\]"):
+        parse_voters("1@a:1,2@b:2,3@c:3", observers="3@d:4")
