@@ -2,8 +2,8 @@
 
 Public API (what the metadata controller uses)::
 
-    driver = RaftDriver(DriverConfig(node_id=1, voters=parse_voters("1@h:p,2@h:p,3@h:p"),
-                                     data_dir=Path("...")), state_machine)
+    quorum = parse_voters("1@h:p,2@h:p,3@h:p", observers="101@h:p")   # observers: optional
+    driver = RaftDriver(DriverConfig(node_id=1, voters=quorum, data_dir=Path("...")), state_machine)
     await driver.start()                 # open + validate the store, restore the snapshot, start ticking
     driver.add_to_server(grpc_server)    # register RaftService on the caller's grpc.aio server
     index = await driver.propose(b"...")            # after commit AND apply; NotLeaderError / timeout
