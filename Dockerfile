@@ -10,7 +10,7 @@
 # environment variables (see docker/entrypoint.sh); the data lives in the volume /var/lib/pykraft/data.
 ARG BASE=python:3.11-slim
 
-FROM ${BASE} AS runtime
+FROM ${BASE} AS deps
 # pip trusts the system CA bundle (a registry proxy's certificate may only be there).
 ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -28,6 +28,9 @@ COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
 open('/tmp/requirements.txt', 'w').write('\n'.join(d for d in deps if not d.startswith('pyspark')))" \
  && pip install --no-cache-dir -r /tmp/requirements.txt
+
+# Controllers and brokers: the code on top of the dependency layer (source edits rebuild only this).
+FROM deps AS runtime
 COPY proto ./proto
 COPY raft ./raft
 COPY metadata ./metadata
@@ -47,16 +50,23 @@ HEALTHCHECK --interval=2s --timeout=3s --start-period=30s --retries=5 \
 ENTRYPOINT ["pykraft-entrypoint"]
 CMD ["controller"]
 
-FROM runtime AS spark
-USER root
+# The spark service: Java and PySpark below the code, so source edits do not reinstall them.
+FROM deps AS spark
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends default-jre-headless \
  && rm -rf /var/lib/apt/lists/*
-RUN cd /opt/pykraft/src \
- && pip install --no-cache-dir "$(python -c "import tomllib; print(next(d for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'] if d.startswith('pyspark')))")"
+RUN pip install --no-cache-dir "$(python -c "import tomllib; print(next(d for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'] if d.startswith('pyspark')))")"
+COPY proto ./proto
+COPY raft ./raft
+COPY metadata ./metadata
+COPY storage ./storage
+COPY broker ./broker
+COPY pykraft ./pykraft
+COPY spark ./spark
+RUN pip install --no-cache-dir --no-deps . && rm -rf build *.egg-info
 COPY docker/spark_query.py /opt/pykraft/spark_query.py
 ENV SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=/opt/pykraft/venv/bin/python
 USER pykraft
-HEALTHCHECK NONE
+WORKDIR /var/lib/pykraft
 ENTRYPOINT ["python", "/opt/pykraft/spark_query.py"]
 CMD []

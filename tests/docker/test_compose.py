@@ -41,6 +41,8 @@ ENGINE_SCRIPT = ROOT / "scripts" / "docker-engine.sh"
 BASE_IMAGE_SCRIPT = ROOT / "scripts" / "docker-base-image.sh"
 EXIT_CANNOT_START = 3  # both scripts: "no engine / no base image can be made here"
 IMAGE = "pykraft:local"
+SPARK_IMAGE = "pykraft-spark:local"
+SPARK_OPT_IN = "PYKRAFT_DOCKER_SPARK"  # =1: also run compose's spark service (+2 min build, ~1-2 min query)
 BASE_IMAGE = "pykraft-base:local"
 ENGINE_TIMEOUT_S = 900  # may apt-get install docker.io on a fresh machine
 BASE_IMAGE_TIMEOUT_S = 600  # debootstrap: 1-4 minutes
@@ -292,6 +294,7 @@ def stack(image: str, tmp_path: Path) -> Iterator[Stack]:
     lines = {
         "PYKRAFT_COMPOSE_PROJECT": f"pykraft-test-{os.getpid()}",
         "PYKRAFT_IMAGE": image,
+        "PYKRAFT_SPARK_IMAGE": SPARK_IMAGE,
         "PYKRAFT_BASE": BASE_IMAGE,
         "PYKRAFT_CONTROLLER_OVERRIDES": CONTROLLER_OVERRIDES,
         "PYKRAFT_BROKER_OVERRIDES": BROKER_OVERRIDES,
@@ -354,3 +357,23 @@ def _produce_stop_broker_and_read_back(stack: Stack) -> None:
         )
     isr = {p.partition: set(p.isr) for p in stack.admin.describe_topics([TOPIC])[0].partitions}
     assert all(victim not in members and len(members) >= 2 for members in isr.values()), isr
+    if os.environ.get(SPARK_OPT_IN) == "1":
+        _spark_service_counts(stack, sum(len(values) for values in acked.values()))
+    else:
+        print(f"compose's spark service not run (set {SPARK_OPT_IN}=1 to run it)")
+
+
+def _spark_service_counts(stack: Stack, expected: int) -> None:
+    """The `spark` profile's PySpark query, inside the compose network, counts every acknowledged record."""
+    build = _run(
+        ["docker", "build", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "--target", "spark",
+         "-t", SPARK_IMAGE, "."],
+        BUILD_TIMEOUT_S,
+    )  # fmt: skip
+    assert build.returncode == 0, f"docker build --target spark failed:\n{build.stdout[-3000:]}"
+    cmd = [*stack.compose.docker_compose_command(), "--profile", "spark", "run", "--rm", "-T", "--no-deps",
+           "spark", TOPIC]  # fmt: skip
+    result = _run(cmd, 600)
+    assert result.returncode == 0, f"spark service failed: {result.stderr[-3000:]}"
+    print(result.stdout)
+    assert f"total {expected} committed records" in result.stdout, result.stdout
