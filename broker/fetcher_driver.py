@@ -227,9 +227,9 @@ class FetcherManager:
 
     def remove_partition(self, tp: TP) -> None:
         leader_id = self._leader_of.pop(tp, None)
-        if leader_id is None:
+        driver = None if leader_id is None else self.drivers.get(leader_id)
+        if driver is None:  # not followed, or its driver stopped after the fetcher dropped it (Fenced)
             return
-        driver = self.drivers[leader_id]
         driver.fetcher.remove_partition(tp)
         if not driver.fetcher.partitions():
             del self.drivers[leader_id]

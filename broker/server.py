@@ -217,12 +217,7 @@ class BrokerNode:
             asyncio.create_task(
                 self._every(settings.replica_lag_time_max_ms / 2000, self._shrink_isr), name="isr"
             ),
-            asyncio.create_task(
-                self._every(
-                    settings.high_watermark_checkpoint_interval_ms / 1000, self.manager.write_checkpoints
-                ),
-                name="checkpoint",
-            ),
+            asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
             asyncio.create_task(
                 self._every(
                     settings.log_retention_check_interval_ms / 1000, self.manager.delete_old_segments
@@ -460,6 +455,17 @@ class BrokerNode:
         following = self.manager.next_deadline_ms()
         if following is not None:
             self._wake_at(following)
+
+    async def _checkpoint_loop(self) -> None:
+        """HW checkpoints, one log at a time: each may fsync, and heartbeats must not wait for all."""
+        interval_s = self.config.settings.high_watermark_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            for tp in list(self.manager.logs):
+                plog = self.manager.logs.get(tp)
+                if plog is not None:
+                    plog.write_checkpoints()
+                await asyncio.sleep(0)
 
     @staticmethod
     async def _every(interval_s: float, action: Callable[[], None]) -> None:
