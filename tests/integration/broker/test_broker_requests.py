@@ -30,7 +30,10 @@ MAX_MESSAGE_BYTES = 2048
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    with running_cluster(Path(tmp_path_factory.mktemp("broker-requests"))) as bc:
+    # Nothing here is killed: a longer session keeps a loaded machine from fencing a slow broker
+    # (which would move leaders under the tests' feet).
+    data_dir = Path(tmp_path_factory.mktemp("broker-requests"))
+    with running_cluster(data_dir, **{"broker.session.timeout.ms": "6000"}) as bc:
         bc.create_topic(TOPIC, min_insync_replicas="2", max_message_bytes=str(MAX_MESSAGE_BYTES))
         bc.wait_isr(TOPIC, {101, 102, 103})
         yield bc
