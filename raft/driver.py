@@ -287,6 +287,8 @@ class RaftDriver:
 
     async def propose_batch(self, items: Sequence[bytes]) -> list[int]:
         """Replicate ``items`` at consecutive indexes (one proposal); return them after commit and apply."""
+        if not items:
+            raise errors.error_for(errors.ErrorCode.INVALID_REQUEST, "a proposal needs at least one entry")
         if not self.is_leader:
             raise NotLeaderError(self.node_id, self.leader_id)
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()

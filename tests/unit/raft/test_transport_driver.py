@@ -82,6 +82,10 @@ def test_propose_read_index_snapshot_and_recover(tmp_path: Path) -> None:
             assert machine.applied[-1] == (batch[-1], b"b2") and driver.applied_index >= batch[-1]
             assert await driver.read_index() >= batch[-1]
             assert driver.commit_index >= batch[-1] and driver.leader_id == 1 and driver.term >= 1
+            with pytest.raises(
+                errors.KafkaError, match="INVALID_REQUEST: a proposal needs at least one entry"
+            ):
+                await driver.propose_batch([])
         finally:
             await driver.stop()
         return machine.applied
