@@ -127,7 +127,8 @@ def docker_host() -> Iterator[str]:
             os.environ.pop("DOCKER_HOST", None)
         else:
             os.environ["DOCKER_HOST"] = previous
-        if not was_running:
+        if not was_running:  # our private engine: drop superseded image layers, then stop it
+            _run(["docker", "image", "prune", "--force"], 120, DOCKER_HOST=host)
             stop = _run([str(ENGINE_SCRIPT), "stop"], 90)
             assert stop.returncode == 0, f"docker-engine.sh stop failed: {stop.stderr[-1000:]}"
 
