@@ -64,6 +64,9 @@ class LocalCluster:
     # Kafka-named settings passed to every process as ``--override key=value``.
     overrides: dict[str, str] = field(default_factory=dict)
     nodes: list[NodeSpec] = field(default_factory=list)
+    # Popen handles of the processes this object started (none after ``load``): kept so that the
+    # children are reaped (no zombies, no ResourceWarning) when they stop.
+    _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False, compare=False)
 
     # ---- layout --------------------------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class LocalCluster:
                 start_new_session=True, cwd=self.data_dir,
             )
         spec.pid = proc.pid
+        self._procs[spec.name] = proc
         self.save()
 
     def start(self) -> None:
@@ -139,6 +143,9 @@ class LocalCluster:
         """True when ``spec.pid`` is alive and is still the process we started (not a reused pid)."""
         if spec.pid <= 0:
             return False
+        proc = self._procs.get(spec.name)
+        if proc is not None and proc.pid == spec.pid:
+            return proc.poll() is None
         try:
             cmdline = Path(f"/proc/{spec.pid}/cmdline").read_bytes()
             stat = Path(f"/proc/{spec.pid}/stat").read_text()

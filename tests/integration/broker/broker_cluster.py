@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,34 +54,11 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last error: {last_error})")
 
 
-class TestCluster(LocalCluster):
-    """``LocalCluster`` that keeps each ``Popen`` handle (so no ResourceWarning when one is dropped while
-    the process runs) and reaps them when stopped."""
-
-    def start_node(self, spec: NodeSpec) -> None:
-        real_popen = subprocess.Popen
-        handles = self.__dict__.setdefault("_handles", [])
-
-        def keep(*args, **kwargs):
-            proc = real_popen(*args, **kwargs)
-            handles.append(proc)
-            return proc
-
-        subprocess.Popen = keep  # type: ignore[misc]
-        try:
-            super().start_node(spec)
-        finally:
-            subprocess.Popen = real_popen  # type: ignore[misc]
-
-    def reap(self) -> None:
-        for proc in self.__dict__.get("_handles", []):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
-
-
 @contextlib.contextmanager
 def running_cluster(data_dir: Path, brokers: int = 3, **overrides: str) -> Iterator[BrokerCluster]:
-    cluster = TestCluster(data_dir, controllers=3, brokers=brokers, overrides={**FAST_OVERRIDES, **overrides})
+    cluster = LocalCluster(
+        data_dir, controllers=3, brokers=brokers, overrides={**FAST_OVERRIDES, **overrides}
+    )
     cluster.data_dir.mkdir(parents=True, exist_ok=True)
     cluster.plan()
     bc = BrokerCluster(cluster)
@@ -99,7 +75,6 @@ def running_cluster(data_dir: Path, brokers: int = 3, **overrides: str) -> Itera
         cluster.down(timeout_s=15.0)
         for spec in cluster.nodes:
             cluster.kill_node(spec)
-        cluster.reap()
 
 
 @dataclass(frozen=True)
