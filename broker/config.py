@@ -7,7 +7,9 @@
 defaults of topic configs (``min.insync.replicas``, ``max.message.bytes``, ...: used when the topic has
 no override). The local launcher passes the same overrides to every process, so keys that belong to
 the controllers (``metadata.server.OVERRIDES``, listed in ``CONTROLLER_KEYS``) are accepted and ignored;
-any other key is refused with a message naming it (``BrokerConfigError``).
+any other key is refused with a message naming it (``BrokerConfigError``). The same settings come
+from ``--config-file`` and ``PYKRAFT_<NAME>`` environment variables (``proto.settings``: flags >
+environment > file > defaults). ``--metrics-port`` serves Prometheus metrics (``proto.metrics``).
 
 This module is light (argparse and dataclasses only) so that ``pykraft --help`` stays fast.
 """
@@ -16,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from proto.settings import SettingsError, collect_overrides
 
 # Kafka config name -> (BrokerSettings field, minimum)
 BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
@@ -63,6 +68,9 @@ CONTROLLER_KEYS = frozenset(
 )
 
 
+METRICS_OFF = -1  # proto.metrics.METRICS_OFF (not imported: prometheus-client is slow to import)
+
+
 class BrokerConfigError(ValueError):
     """A bad ``--override`` or flag; the message names it."""
 
@@ -106,11 +114,11 @@ def parse_overrides(items: list[str], base: BrokerSettings | None = None) -> Bro
             continue
         if key not in BROKER_OVERRIDES:
             known = sorted({*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS})
-            raise BrokerConfigError(f"--override {key}: unknown broker setting; known: {', '.join(known)}")
+            raise BrokerConfigError(f"setting {key}: unknown broker setting; known: {', '.join(known)}")
         field, minimum = BROKER_OVERRIDES[key]
         text = value.strip()
         if not text.lstrip("-").isdigit() or int(text) < minimum:
-            raise BrokerConfigError(f"--override {key}={value}: must be an integer >= {minimum}")
+            raise BrokerConfigError(f"setting {key}={value}: must be an integer >= {minimum}")
         values[field] = int(text)
     values["topic_defaults"] = tuple(sorted(topic_defaults.items()))
     return dataclasses.replace(base or BrokerSettings(), **values)
@@ -125,6 +133,7 @@ class BrokerConfig:
     data_dir: Path
     rack: str
     settings: BrokerSettings
+    metrics_port: int = METRICS_OFF
 
     @property
     def listen(self) -> str:
@@ -138,7 +147,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, required=True, help="directory of the partition logs")
     parser.add_argument("--rack", default="", help="rack id for replica placement")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--config-file", type=Path, default=None, help="Kafka-style key=value properties")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--metrics-port", type=int, default=0,
+        help="Prometheus /metrics port on 127.0.0.1 (0: pick a free one and print it; -1: off)",
+    )  # fmt: skip
 
 
 def config_from(args: argparse.Namespace) -> BrokerConfig:
@@ -150,5 +164,14 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
     controllers = tuple(a.strip() for a in args.controllers.split(",") if a.strip())
     if not controllers or any(":" not in a for a in controllers):
         raise BrokerConfigError(f"--controllers {args.controllers!r}: expected HOST:PORT[,HOST:PORT...]")
-    settings = parse_overrides(args.override)
-    return BrokerConfig(args.node_id, host, int(port), controllers, args.data_dir, args.rack, settings)
+    if args.metrics_port < METRICS_OFF or args.metrics_port > 65535:
+        raise BrokerConfigError(f"--metrics-port {args.metrics_port}: must be 1..65535, 0 (any) or -1 (off)")
+    known = {*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS}
+    try:
+        items = collect_overrides(args.override, known, os.environ, args.config_file)
+    except SettingsError as exc:
+        raise BrokerConfigError(str(exc)) from None
+    settings = parse_overrides(items)
+    return BrokerConfig(
+        args.node_id, host, int(port), controllers, args.data_dir, args.rack, settings, args.metrics_port
+    )

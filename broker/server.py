@@ -48,6 +48,7 @@ from broker.broker_service import AdminForwarder, BrokerServicer
 from broker.config import BrokerConfig, BrokerConfigError, config_from
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
+from broker.metrics import BrokerMetrics, RequestTimer
 from broker.partition import AlterPartitionProposal
 from broker.replica_manager import ReplicaManager
 from broker.replica_service import ReplicaServicer
@@ -64,6 +65,7 @@ from proto import (
     replica_pb2_grpc,
 )
 from proto.errors import ErrorCode
+from proto.metrics import MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services
 
 log = logging.getLogger(__name__)
@@ -177,6 +179,8 @@ class BrokerNode:
             on_deadline=self._wake_at,
         )
         self.fetchers.manager = self.manager
+        self.metrics = BrokerMetrics(self.manager)
+        self.metrics_endpoint: MetricsEndpoint | None = None
         self._tasks: list[asyncio.Task] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_ms: int | None = None
@@ -195,7 +199,7 @@ class BrokerNode:
     # ---- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        self.server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[RequestTimer(self.metrics)])
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(
             BrokerServicer(self.manager, monotonic_ms, self.config.settings.request_timeout_ms, lambda: -1),
             self.server,
@@ -209,6 +213,7 @@ class BrokerNode:
         if self.server.add_insecure_port(self.config.listen) == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         await self.server.start()
+        self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port)
         await self.register()
         settings = self.config.settings
         self._tasks = [
@@ -286,6 +291,8 @@ class BrokerNode:
             self._timer.cancel()
         await self.fetchers.stop()
         self.manager.close()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         if self.server is not None:
             await self.server.stop(grace=0.5)
         await self.controllers.close()
@@ -420,9 +427,13 @@ class BrokerNode:
             else:
                 log.info("%s-%d: ISR is now %s (partition epoch %d)", *tp, list(result.isr),
                          result.partition_epoch)  # fmt: skip
+            partition = self.manager.partitions.get(tp)
+            old_isr = partition.isr if partition is not None else frozenset()
             self.manager.handle_alter_partition_response(
                 proposal, code, result.leader_epoch, result.partition_epoch, tuple(result.isr)
             )
+            if code == ErrorCode.NONE:
+                self.metrics.record_isr_change(old_isr, result.isr)
             return
 
     # ---- admin forwarding -------------------------------------------------------------------------
@@ -498,6 +509,8 @@ async def serve(config: BrokerConfig) -> None:
         await node.stop()
         return
     starting.result()
+    if node.metrics_endpoint is not None:
+        print(f"METRICS {node.metrics_endpoint.url}", flush=True)
     print(f"READY {config.node_id}", flush=True)
     failing = asyncio.create_task(node.failed.wait(), name="failed")
     await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)

@@ -10,8 +10,11 @@ prints ``READY <node-id>`` once it serves; SIGTERM or SIGINT stops it gracefully
 controller hands leadership over first). A bad flag or an unusable data directory exits with status
 2 and one line on stderr naming the problem, never a traceback.
 
-Overrides use Kafka's config names; keys this process does not know (broker settings passed to
-every node by the local launcher) are ignored.
+Settings use Kafka's config names and come from ``--override KEY=VALUE``, ``PYKRAFT_<NAME>``
+environment variables and ``--config-file`` (``proto.settings``: flags > environment > file >
+defaults). Broker settings (``BROKER_KEYS``: the local launcher passes the same overrides to every
+node) are accepted and ignored; any other name, or a bad value, exits 2 naming it.
+``--metrics-port`` serves Prometheus metrics (``metadata.metrics``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import random
 import signal
 import sys
@@ -32,10 +36,13 @@ import grpc
 from metadata.admin_service import AdminServicer
 from metadata.controller import DEFAULT_BROKER_SESSION_TIMEOUT_MS, ControllerConfig, QuorumController
 from metadata.controller_service import ControllerServicer
+from metadata.metrics import controller_registry
 from metadata.service import ActiveController, Forwarder, fence_loop
 from metadata.state_machine import MetadataStateMachine
 from proto import admin_pb2_grpc, controller_pb2_grpc
+from proto.metrics import METRICS_OFF, MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services
+from proto.settings import collect_overrides
 from raft.config import QuorumConfigError, parse_voters
 from raft.driver import DriverConfig, RaftDriver
 from raft.store import RaftStoreCorruptError
@@ -59,6 +66,35 @@ OVERRIDES: dict[str, tuple[str, int]] = {
     "metadata.snapshot.every.entries": ("snapshot_every_entries", 1),
 }
 
+# Settings of the broker processes (broker.config.BROKER_OVERRIDES and TOPIC_DEFAULT_KEYS), accepted
+# and ignored; kept as names because metadata may not import broker (a unit test keeps them equal).
+BROKER_KEYS = frozenset(
+    {
+        "replica.lag.time.max.ms",
+        "broker.heartbeat.interval.ms",
+        "replica.fetch.max.wait.ms",
+        "replica.fetch.min.bytes",
+        "replica.fetch.max.bytes",
+        "replica.fetch.response.max.bytes",
+        "replica.fetch.backoff.ms",
+        "request.timeout.ms",
+        "replica.high.watermark.checkpoint.interval.ms",
+        "controlled.shutdown.timeout.ms",
+        "log.retention.check.interval.ms",
+        "log.flush.scheduler.interval.ms",
+        "min.insync.replicas",
+        "max.message.bytes",
+        "segment.bytes",
+        "segment.ms",
+        "retention.ms",
+        "retention.bytes",
+        "flush.messages",
+        "flush.ms",
+        "message.timestamp.type",
+        "index.interval.bytes",
+    }
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:
@@ -76,11 +112,15 @@ def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSet
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--override {item!r}: expected KEY=VALUE, e.g. broker.session.timeout.ms=3000")
-        if key not in OVERRIDES:
+        key = key.strip()
+        if key in BROKER_KEYS:
             continue
+        if key not in OVERRIDES:
+            known = ", ".join(sorted(OVERRIDES))
+            raise ValueError(f"setting {key}: unknown controller setting; known: {known}")
         field, minimum = OVERRIDES[key]
         if not value.strip().lstrip("-").isdigit() or int(value) < minimum:
-            raise ValueError(f"--override {key}={value}: must be an integer >= {minimum}")
+            raise ValueError(f"setting {key}={value}: must be an integer >= {minimum}")
         values[field] = int(value)
     return dataclasses.replace(base, **values)
 
@@ -94,8 +134,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--election-timeout-ms", type=int, default=300)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=50)
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--config-file", type=Path, default=None, help="Kafka-style key=value properties")
     parser.add_argument("--seed", type=int, default=None, help="seed for topic ids and placement")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--metrics-port", type=int, default=0,
+        help="Prometheus /metrics port on 127.0.0.1 (0: pick a free one and print it; -1: off)",
+    )  # fmt: skip
 
 
 def settings_from(args: argparse.Namespace) -> ControllerSettings:
@@ -104,7 +149,10 @@ def settings_from(args: argparse.Namespace) -> ControllerSettings:
         election_timeout_ms=args.election_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
     )
-    settings = parse_overrides(args.override, base)
+    if args.metrics_port < METRICS_OFF or args.metrics_port > 65535:
+        raise ValueError(f"--metrics-port {args.metrics_port}: must be 1..65535, 0 (any) or -1 (off)")
+    items = collect_overrides(args.override, OVERRIDES, os.environ, args.config_file)
+    settings = parse_overrides(items, base)
     if settings.election_timeout_ms <= settings.heartbeat_interval_ms:
         raise ValueError(
             f"election timeout {settings.election_timeout_ms} ms must exceed the heartbeat interval "
@@ -124,8 +172,11 @@ class ControllerNode:
         data_dir: Path,
         settings: ControllerSettings,
         seed: int | None = None,
+        metrics_port: int = METRICS_OFF,
     ) -> None:
         self.voters = parse_voters(voters)
+        self.metrics_port = metrics_port
+        self.metrics: MetricsEndpoint | None = None
         self.voters.voter(node_id)  # raises QuorumConfigError if this node is not a voter
         self.listen = listen
         self.settings = settings
@@ -170,6 +221,7 @@ class ControllerNode:
             raise OSError(f"cannot listen on {self.listen}")
         await self.server.start()
         await self.health.set_serving(True)
+        self.metrics = serve_metrics(controller_registry(self.driver, self.controller), self.metrics_port)
         interval_s = min(0.1, self.settings.broker_session_timeout_ms / 4000)
         self._tasks.append(asyncio.create_task(fence_loop(active, interval_s), name="fence-loop"))
 
@@ -179,6 +231,8 @@ class ControllerNode:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.health.set_serving(False)
+        if self.metrics is not None:
+            self.metrics.close()
         await self.driver.stop()
         await self.forwarder.close()
         assert self.server is not None
@@ -186,8 +240,12 @@ class ControllerNode:
 
 
 async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
-    node = ControllerNode(args.node_id, args.listen, args.voters, args.data_dir, settings, args.seed)
+    node = ControllerNode(
+        args.node_id, args.listen, args.voters, args.data_dir, settings, args.seed, args.metrics_port
+    )
     await node.start()
+    if node.metrics is not None:
+        print(f"METRICS {node.metrics.url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
