@@ -46,6 +46,7 @@ class NodeSpec:
     node_id: int
     port: int
     pid: int = 0
+    metrics_port: int = 0  # Prometheus /metrics on 127.0.0.1 (proto.metrics)
 
     @property
     def name(self) -> str:
@@ -73,9 +74,11 @@ class LocalCluster:
     def plan(self) -> None:
         assert not self.nodes, "plan() once per cluster"
         for i in range(self.controllers):
-            self.nodes.append(NodeSpec("controller", FIRST_CONTROLLER_ID + i, free_port()))
+            spec = NodeSpec("controller", FIRST_CONTROLLER_ID + i, free_port(), metrics_port=free_port())
+            self.nodes.append(spec)
         for i in range(self.brokers):
-            self.nodes.append(NodeSpec("broker", FIRST_BROKER_ID + i, free_port()))
+            spec = NodeSpec("broker", FIRST_BROKER_ID + i, free_port(), metrics_port=free_port())
+            self.nodes.append(spec)
 
     def node(self, name: str) -> NodeSpec:
         for spec in self.nodes:
@@ -109,7 +112,8 @@ class LocalCluster:
 
     def command(self, spec: NodeSpec) -> list[str]:
         cmd = [sys.executable, "-m", "pykraft.cli", spec.role, "--node-id", str(spec.node_id),
-               "--listen", spec.address, "--data-dir", str(self.data_dir / spec.name)]
+               "--listen", spec.address, "--data-dir", str(self.data_dir / spec.name),
+               "--metrics-port", str(spec.metrics_port)]
         if spec.role == "controller":
             cmd += ["--voters", self.voters]
         else:
