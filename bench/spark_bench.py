@@ -61,6 +61,7 @@ def start_spark():
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "2g")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )

@@ -2,11 +2,14 @@
 
 Issue 7 §3: produce with acks=all and read back the same bytes (every codec, headers); with one
 follower stalled (SIGSTOP) and acks=1 producers writing, the leader's LEO runs ahead of the HW and
-a batch read returns exactly the records below the HW seen at planning; killing a leader between
+a batch read returns exactly the records below the HW seen at planning; a streaming query stopped
+mid-backlog and restarted from its checkpoint writes every record once; killing a leader between
 two reads of the same explicit offsets gives identical rows.
 
-The cluster uses ``replica.lag.time.max.ms`` = 30 s so that a stalled follower holds the HW still
-for the whole of a Spark query (it would leave the ISR after that and the HW would move on).
+The cluster uses ``replica.lag.time.max.ms`` = 120 s and ``broker.session.timeout.ms`` = 30 s so
+that a stalled follower holds the HW still for the whole of a Spark query (a SIGSTOPped broker
+stops heartbeating, and once fenced it leaves every ISR and the HW moves on); the price is that a
+killed leader is replaced only after those 30 s.
 Every process is stopped by pid when the module ends (``running_cluster``), even on failure.
 """
 
@@ -23,12 +26,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration" / "broker"))
 
 from broker_cluster import BrokerCluster, running_cluster, wait_for
+from stream_helpers import run_stream
 
 from proto.errors import ErrorCode
 from storage.compression import CompressionType
 from storage.record_batch import build_batch
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+# Cluster start-up, the first Spark query and a failover can each take minutes on a loaded 2-core box.
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 BROKERS = (101, 102, 103)
 BASE_TS = 1_700_000_000_000
@@ -38,7 +43,8 @@ BASE_TS = 1_700_000_000_000
 def cluster(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
     """Depends on ``spark``: the session's JVM must be forked before this process runs gRPC."""
     with running_cluster(
-        Path(tmp_path_factory.mktemp("spark-cluster")), **{"replica.lag.time.max.ms": "30000"}
+        Path(tmp_path_factory.mktemp("spark-cluster")),
+        **{"replica.lag.time.max.ms": "120000", "broker.session.timeout.ms": "30000"},
     ) as bc:
         yield bc
 
@@ -138,6 +144,23 @@ def test_read_stops_at_the_high_watermark_while_leo_runs_ahead(spark, cluster: B
     cluster.wait_isr(topic, set(BROKERS), timeout_s=60)
 
 
+def test_streaming_restart_is_exactly_once(spark, cluster: BrokerCluster, tmp_path) -> None:
+    """Stop a stream mid-backlog, produce more, restart from the checkpoint: each record once."""
+    topic = "stream"
+    cluster.create_topic(topic, partitions=2)
+    for partition in range(2):
+        produce(cluster, topic, partition, [(None, b"a%d" % i, (), BASE_TS) for i in range(40)])
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    run_stream(spark, bootstrap(cluster), topic, checkpoint, out, available_now=False, stop_after_batches=2)
+    first = spark.read.parquet(str(out)).count()
+    assert 0 < first < 80, f"the first run should stop mid-backlog (15 per trigger), read {first}"
+    for partition in range(2):
+        produce(cluster, topic, partition, [(None, b"b%d" % i, (), BASE_TS) for i in range(10)])
+    run_stream(spark, bootstrap(cluster), topic, checkpoint, out, available_now=True)
+    got = sorted((r.partition, r.offset) for r in spark.read.parquet(str(out)).collect())
+    assert got == [(p, o) for p in range(2) for o in range(50)]
+
+
 def test_leader_kill_between_reads_gives_identical_rows(spark, cluster: BrokerCluster) -> None:
     """SIGKILL the leader between two reads of the same explicit offsets: byte-identical rows."""
     topic = "failover"
@@ -160,7 +183,7 @@ def test_leader_kill_between_reads_gives_identical_rows(spark, cluster: BrokerCl
     spec = cluster.broker(victim)
     cluster.cluster.kill_node(spec)
     try:
-        wait_for(lambda: cluster.leader(topic, 0) != victim, 60, "a new leader after the kill")
+        wait_for(lambda: cluster.leader(topic, 0, timeout_s=90) != victim, 120, "a new leader after the kill")
         after = rows_of(read(spark, cluster, **options))
     finally:
         cluster.cluster.start_node(spec)
