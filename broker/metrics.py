@@ -11,7 +11,10 @@ Read at scrape time from the ``ReplicaManager`` (gauges, so nothing is kept twic
 Counted as events happen:
 
 - ``pykraft_broker_isr_shrinks_total`` / ``pykraft_broker_isr_expands_total``: ISR changes of
-  partitions this broker leads, as the controller committed them (``record_isr_change``);
+  partitions this broker leads, as the controller committed them, whoever proposed them (this
+  leader's AlterPartition, or the controller fencing a broker). ``observe_isr`` compares each led
+  partition's ISR with the one seen last in the same leader epoch; the broker calls it after every
+  metadata update and AlterPartition answer. A new leadership starts a new baseline (not counted).
 - ``pykraft_broker_requests_total`` and ``pykraft_broker_request_latency_seconds`` (label ``api``:
   ``Produce``, ``Fetch``, ``ReplicaFetch``, ...): request rates and latencies, timed around each
   gRPC handler by ``RequestTimer`` (a server interceptor), whatever the answer's error code.
@@ -30,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.partition import Role
+from broker.partition import Partition, Role
 from broker.replica_manager import ReplicaManager
 
 # Full gRPC method name -> the ``api`` label.
@@ -101,12 +104,24 @@ class BrokerMetrics:
             buckets=LATENCY_BUCKETS_S, registry=self.registry,
         )  # fmt: skip
 
-    def record_isr_change(self, old_isr: Iterable[int], new_isr: Iterable[int]) -> None:
-        old_size, new_size = len(set(old_isr)), len(set(new_isr))
-        if new_size < old_size:
-            self.isr_shrinks.inc()
-        elif new_size > old_size:
-            self.isr_expands.inc()
+        self._isr_seen: dict[tuple[str, int], tuple[int, frozenset[int]]] = {}
+
+    def observe_isr(self, partitions: Iterable[Partition]) -> None:
+        """Count shrinks/expands of led partitions since the last call (see the module docstring)."""
+        seen: dict[tuple[str, int], tuple[int, frozenset[int]]] = {}
+        for p in partitions:
+            if p.role is not Role.LEADER:
+                continue
+            key = (p.topic, p.partition)
+            seen[key] = (p.leader_epoch, frozenset(p.isr))
+            epoch, old_isr = self._isr_seen.get(key, (p.leader_epoch, frozenset(p.isr)))
+            if epoch != p.leader_epoch or old_isr == p.isr:
+                continue
+            if len(p.isr) < len(old_isr):
+                self.isr_shrinks.inc()
+            elif len(p.isr) > len(old_isr):
+                self.isr_expands.inc()
+        self._isr_seen = seen
 
     def observe_request(self, api: str, seconds: float) -> None:
         self.requests.labels(api).inc()

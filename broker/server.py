@@ -336,6 +336,7 @@ class BrokerNode:
             return
         self.manager.apply_image(self.image, monotonic_ms(), config_changed or not self._roles_started)
         self._roles_started = True
+        self.metrics.observe_isr(self.manager.partitions.values())
 
     # ---- heartbeats -----------------------------------------------------------------------------
 
@@ -427,13 +428,10 @@ class BrokerNode:
             else:
                 log.info("%s-%d: ISR is now %s (partition epoch %d)", *tp, list(result.isr),
                          result.partition_epoch)  # fmt: skip
-            partition = self.manager.partitions.get(tp)
-            old_isr = partition.isr if partition is not None else frozenset()
             self.manager.handle_alter_partition_response(
                 proposal, code, result.leader_epoch, result.partition_epoch, tuple(result.isr)
             )
-            if code == ErrorCode.NONE:
-                self.metrics.record_isr_change(old_isr, result.isr)
+            self.metrics.observe_isr(self.manager.partitions.values())
             return
 
     # ---- admin forwarding -------------------------------------------------------------------------

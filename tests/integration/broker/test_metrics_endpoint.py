@@ -1,0 +1,120 @@
+"""A running LocalCluster's observability: each node's Prometheus ``/metrics`` (proto.metrics,
+broker.metrics, metadata.metrics) moves with the cluster, and gRPC reflection lists the services.
+
+Rules under test: exactly one controller reports itself active (Kafka's ActiveControllerCount summed
+over the quorum is 1); after a produce every replica's LEO and HW reach the records written; killing
+a follower makes the leader report the partition under-replicated and count an ISR shrink, and its
+return counts an expansion; nothing goes offline while a leader lives.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from broker_cluster import BrokerCluster, running_cluster, wait_for
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from prometheus_client.parser import text_string_to_metric_families
+
+from pykraft.cluster import NodeSpec
+
+pytestmark = pytest.mark.integration
+TOPIC = "metrics"
+SCRAPE_TIMEOUT_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    with running_cluster(Path(tmp_path_factory.mktemp("metrics"))) as bc:
+        yield bc
+
+
+def scrape(spec: NodeSpec) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``(sample name, sorted labels) -> value`` from the node's /metrics."""
+    url = f"http://127.0.0.1:{spec.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(spec: NodeSpec, name: str, **labels: str) -> float | None:
+    return scrape(spec).get((name, tuple(sorted(labels.items()))))
+
+
+def test_exactly_one_active_controller_and_raft_state(cluster: BrokerCluster) -> None:
+    controllers = cluster.cluster.controller_nodes
+    wait_for(
+        lambda: sum(value(c, "pykraft_controller_active") or 0 for c in controllers) == 1,
+        30, "one active controller",
+    )  # fmt: skip
+    active = cluster.active_controller()
+    assert value(active, "pykraft_raft_term") >= 1
+    assert value(active, "pykraft_raft_commit_index") > 0
+    assert value(active, "pykraft_controller_registered_brokers") == len(cluster.cluster.broker_nodes)
+    lags = {k[1]: v for k, v in scrape(active).items() if k[0] == "pykraft_raft_voter_lag_entries"}
+    assert len(lags) == len(controllers) - 1, lags
+
+
+def test_leo_hw_and_request_metrics_move_after_produce(cluster: BrokerCluster) -> None:
+    cluster.create_topic(TOPIC)
+    leader = cluster.leader(TOPIC)
+    produced = cluster.produce(leader, TOPIC, [b"a", b"b", b"c"], acks=-1)
+    assert produced.code.name == "NONE", produced
+    labels = {"topic": TOPIC, "partition": "0"}
+    for spec in cluster.cluster.broker_nodes:
+        wait_for(
+            lambda spec=spec: value(spec, "pykraft_partition_log_end_offset", **labels) == 3
+            and value(spec, "pykraft_partition_high_watermark", **labels) == 3,
+            30, f"LEO and HW 3 on {spec.name}",
+        )  # fmt: skip
+    leader_spec = cluster.broker(leader)
+    assert value(leader_spec, "pykraft_broker_requests_total", api="Produce") >= 1
+    assert value(leader_spec, "pykraft_broker_request_latency_seconds_count", api="Produce") >= 1
+    assert value(leader_spec, "pykraft_broker_leader_partitions") >= 1
+    followers = [s for s in cluster.cluster.broker_nodes if s.node_id != leader]
+    assert all(value(s, "pykraft_broker_requests_total", api="ReplicaFetch") is None for s in followers)
+    assert value(leader_spec, "pykraft_broker_requests_total", api="ReplicaFetch") >= 1
+
+
+def test_killed_follower_makes_the_partition_under_replicated(cluster: BrokerCluster) -> None:
+    leader = cluster.leader(TOPIC)
+    leader_spec = cluster.broker(leader)
+    follower = next(s for s in cluster.cluster.broker_nodes if s.node_id != leader)
+    assert value(leader_spec, "pykraft_broker_under_replicated_partitions") == 0
+    shrinks_before = value(leader_spec, "pykraft_broker_isr_shrinks_total")
+    cluster.cluster.kill_node(follower)
+    try:
+        wait_for(
+            lambda: value(leader_spec, "pykraft_broker_under_replicated_partitions") >= 1,
+            30, "the leader reports an under-replicated partition",
+        )  # fmt: skip
+        assert value(leader_spec, "pykraft_broker_isr_shrinks_total") > shrinks_before
+        offline = sum(
+            value(c, "pykraft_controller_offline_partitions") or 0 for c in cluster.cluster.controller_nodes
+        )
+        assert offline == 0
+    finally:
+        cluster.cluster.start_node(follower)
+    wait_for(
+        lambda: value(leader_spec, "pykraft_broker_under_replicated_partitions") == 0
+        and value(leader_spec, "pykraft_broker_isr_expands_total") >= 1,
+        60, "the follower back in the ISR",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("role", ["controller", "broker"])
+def test_reflection_lists_the_services(cluster: BrokerCluster, role: str) -> None:
+    """proto.serving: reflection on every node, so grpcurl works without .proto files."""
+    spec = next(n for n in cluster.cluster.nodes if n.role == role)
+    expected = {"grpc.health.v1.Health", "pykraft.admin.AdminService"}
+    expected.add("pykraft.raft.RaftService" if role == "controller" else "pykraft.broker.BrokerService")
+    with grpc.insecure_channel(spec.address) as channel:
+        services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
+    assert expected <= services, services
