@@ -140,6 +140,8 @@ from broker.partition import (
     ProduceCheck,
     Role,
 )
+from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, Reject
+from broker.producer_state_log import PartitionProducerState, producer_batches
 from broker.purgatory import (
     CompletedFetch,
     CompletedProduce,
@@ -157,7 +159,7 @@ from storage.batch_header import HEADER_SIZE, iter_batches
 from storage.compression import CompressionType
 from storage.config import LogConfig
 from storage.index import NO_TIMESTAMP
-from storage.log import Log
+from storage.log import Log, wall_clock_ms
 from storage.record_batch import MIN_RECORD_BYTES
 
 log = logging.getLogger(__name__)
@@ -259,6 +261,7 @@ class ReplicaManager:
         fetchers: FetcherControl,
         send_alter_partition: Callable[[str, AlterPartitionProposal], None],
         on_deadline: Callable[[int], None],
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.broker_id = broker_id
         self.data_dir = Path(data_dir)
@@ -278,6 +281,11 @@ class ReplicaManager:
         self._produce_waiters: dict[int, tuple[ProduceCallback, dict[TP, ProduceResult]]] = {}
         self._fetch_waiters: dict[int, tuple[Callable[[], None], FetchPurgatory]] = {}
         self._next_operation_id = 1
+        # Idempotent-producer state per hosted partition (broker.producer_state); its clock is the
+        # wall clock (persisted in snapshots, compared across restarts), not the monotonic one.
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_states: dict[TP, PartitionProducerState] = {}
+        self._next_producer_expiry_ms = 0
 
     # ---- metadata delta -> role changes --------------------------------------------------------
 
@@ -343,6 +351,7 @@ class ReplicaManager:
     def _stop_replica(self, tp: TP, delete: bool) -> None:
         partition = self.partitions.pop(tp, None)
         plog = self.logs.pop(tp, None)
+        self.producer_states.pop(tp, None)
         self._applied.pop(tp, None)
         self.fetchers.remove_partition(tp)
         if partition is not None:
@@ -364,6 +373,9 @@ class ReplicaManager:
                 min_insync_replicas=self._min_insync_replicas(tp[0]),
             )  # fmt: skip
             self.partitions[tp], self.logs[tp] = partition, plog
+            self.producer_states[tp] = PartitionProducerState.open(
+                plog, self.producer_id_expiration_ms, wall_clock_ms()
+            )
         return partition, self.logs[tp]
 
     def _topic_config(self, topic: str, name: str) -> str | None:
@@ -489,6 +501,7 @@ class ReplicaManager:
         now (acks 0/1, or nothing to wait for) or when the HW passes every appended batch (acks=all)."""
         results: dict[TP, ProduceResult] = {}
         waits: dict[TopicPartition, ProduceWait] = {}
+        self.maybe_expire_producers(wall_clock_ms())
         for item in items:
             result, wait = self._append(item, acks)
             results[item.tp] = result
@@ -520,11 +533,19 @@ class ReplicaManager:
             assert error is not None
             return ProduceResult(error.code, error.message, *self._leader_tail(tp)), None
         plog = self.logs[tp]
+        pstate = self.producer_states[tp]
         try:
             _check_codecs(item.records, tp)
+            verdict = pstate.state.check_all(b for b, _ in producer_batches(item.records))
+            if isinstance(verdict, Duplicate):
+                return self._duplicate_result(tp, partition, item.records, verdict)
+            if isinstance(verdict, Reject):
+                return ProduceResult(verdict.code, verdict.message, *self._leader_tail(tp)), None
+            segment_before = plog.segment_base_offsets[-1]
             info = plog.append_as_leader(item.records, partition.leader_epoch)
         except errors.KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
+        pstate.after_append(item.records, segment_before, wall_clock_ms(), first_offset=info.first_offset)
         if partition.on_local_append(plog.log_end_offset) is not None:
             self._high_watermark_moved(tp)
         self._complete_fetches(
@@ -535,6 +556,30 @@ class ReplicaManager:
             partition.leader_id, partition.leader_epoch,
         )  # fmt: skip
         return result, ProduceWait(info.last_offset + 1, partition.leader_epoch)
+
+    def _duplicate_result(
+        self, tp: TP, partition: Partition, records: bytes, verdict: Duplicate
+    ) -> tuple[ProduceResult, ProduceWait | None]:
+        """A retried batch already in the log: the original's offsets; acks=all waits for its HW."""
+        plog = self.logs[tp]
+        batch, _ = producer_batches(records)[0]
+        self.producer_states[tp].state.touch(batch.producer_id, wall_clock_ms())
+        log.debug("%s-%d: duplicate batch of producer %d at %d", *tp, batch.producer_id, verdict.first_offset)
+        result = ProduceResult(
+            ErrorCode.NONE, "", verdict.first_offset, NO_TIMESTAMP, plog.log_start_offset,
+            partition.leader_id, partition.leader_epoch,
+        )  # fmt: skip
+        return result, ProduceWait(verdict.last_offset + 1, partition.leader_epoch)
+
+    def maybe_expire_producers(self, now_wall_ms: int) -> None:
+        """Drop idle producers (KIP-854) at most ten times per expiration period."""
+        if now_wall_ms < self._next_producer_expiry_ms:
+            return
+        self._next_producer_expiry_ms = now_wall_ms + max(1, self.producer_id_expiration_ms // 10)
+        for tp, pstate in self.producer_states.items():
+            expired = pstate.state.remove_expired(now_wall_ms)
+            if expired:
+                log.info("%s-%d: expired idle producers %s", *tp, expired)
 
     def _leader_tail(self, tp: TP) -> tuple[int, int, int, int]:
         """(base offset, log append time, log start offset, leader id, leader epoch) after the message."""
@@ -806,6 +851,7 @@ class ReplicaManager:
         elif isinstance(action, TruncateTo):
             if plog.truncate_to(action.offset):
                 log.info("%s-%d: truncated to %d (%s)", *tp, plog.log_end_offset, action.reason)
+                self.producer_states[tp].truncate(wall_clock_ms())
             if plog.log_start_offset != partition.log_start_offset:
                 partition.on_local_truncate_fully(plog.log_start_offset)
             else:
@@ -813,6 +859,7 @@ class ReplicaManager:
         elif isinstance(action, TruncateFullyAndStartAt):
             log.info("%s-%d: behind the leader's log start; restarting empty at %d", *tp, action.offset)
             plog.truncate_fully_and_start_at(action.offset)
+            self.producer_states[tp].truncate_fully()
             partition.on_local_truncate_fully(action.offset)
         elif isinstance(action, (Fenced, BackedOff)):
             log.debug("%s-%d: fetch %s", *tp, action)
@@ -821,7 +868,9 @@ class ReplicaManager:
     def _append_as_follower(self, tp: TP, partition: Partition, plog: Log, action: AppendRecords) -> None:
         records = action.records
         if records:
+            segment_before = plog.segment_base_offsets[-1]
             plog.append_as_follower(records)  # type: ignore[arg-type]
+            self.producer_states[tp].after_append(records, segment_before, wall_clock_ms())
             partition.on_local_append(plog.log_end_offset)
         partition.update_follower_high_watermark(action.leader_high_watermark)
         plog.update_high_watermark(partition.high_watermark)
