@@ -65,6 +65,7 @@ from proto import (
     replica_pb2_grpc,
 )
 from proto.errors import ErrorCode
+from proto.logfmt import configure_logging, log_event
 from proto.metrics import MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services
 
@@ -259,17 +260,17 @@ class BrokerNode:
                     controller_pb2_grpc.ControllerServiceStub, "RegisterBroker", request
                 )
             except ControllerUnavailableError as exc:
-                log.info("registration: %s; retrying", exc)
+                log_event(log, logging.INFO, "register_retry", error=exc)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if response.error.code == ErrorCode.NONE:
                 break
-            log.warning("registration refused: %s %s; retrying", ErrorCode(response.error.code).name,
-                        response.error.message)  # fmt: skip
+            log_event(log, logging.WARNING, "register_refused", code=ErrorCode(response.error.code).name,
+                      message=response.error.message)  # fmt: skip
             await asyncio.sleep(RETRY_BACKOFF_S)
         self.broker_epoch = response.broker_epoch
         self.fetchers.set_broker_epoch(self.broker_epoch)
-        log.info("broker %d registered with broker epoch %d", self.config.node_id, self.broker_epoch)
+        log_event(log, logging.INFO, "registered", broker_epoch=self.broker_epoch)
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away; wait (bounded) until it says we may stop."""
@@ -384,7 +385,7 @@ class BrokerNode:
         ):
             self.ready.set()
             await self.health.set_serving(True)
-            log.info("broker %d is caught up and unfenced: serving", self.config.node_id)
+            log_event(log, logging.INFO, "unfenced", metadata_offset=self.image.offset)
 
     # ---- ISR changes ----------------------------------------------------------------------------
 
@@ -410,12 +411,13 @@ class BrokerNode:
                     controller_pb2_grpc.ControllerServiceStub, "AlterPartition", request
                 )
             except ControllerUnavailableError as exc:
-                log.info("AlterPartition %s-%d: %s; retrying", *tp, exc)
+                log_event(log, logging.INFO, "alter_partition_retry", topic=tp[0], partition=tp[1], error=exc)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if response.error.code != ErrorCode.NONE:
-                log.info("AlterPartition %s-%d: %s %s", *tp, ErrorCode(response.error.code).name,
-                         response.error.message)  # fmt: skip
+                log_event(log, logging.INFO, "alter_partition_error", topic=tp[0], partition=tp[1],
+                          code=ErrorCode(response.error.code).name,
+                          message=response.error.message)  # fmt: skip
                 if response.error.code in REREGISTER_CODES:
                     self.manager.handle_alter_partition_response(proposal, ErrorCode(response.error.code))
                     return
@@ -424,10 +426,12 @@ class BrokerNode:
             result = response.partitions[0]
             code = ErrorCode(result.error.code)
             if code != ErrorCode.NONE:
-                log.info("AlterPartition %s-%d refused: %s %s", *tp, code.name, result.error.message)
+                log_event(log, logging.INFO, "alter_partition_refused", topic=tp[0], partition=tp[1],
+                          code=code.name, message=result.error.message)  # fmt: skip
             else:
-                log.info("%s-%d: ISR is now %s (partition epoch %d)", *tp, list(result.isr),
-                         result.partition_epoch)  # fmt: skip
+                log_event(log, logging.INFO, "isr_changed", topic=tp[0], partition=tp[1],
+                          isr=list(result.isr), leader_epoch=result.leader_epoch,
+                          partition_epoch=result.partition_epoch)  # fmt: skip
             self.manager.handle_alter_partition_response(
                 proposal, code, result.leader_epoch, result.partition_epoch, tuple(result.isr)
             )
@@ -509,6 +513,7 @@ async def serve(config: BrokerConfig) -> None:
     starting.result()
     if node.metrics_endpoint is not None:
         print(f"METRICS {node.metrics_endpoint.url}", flush=True)
+        log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics_endpoint.url)
     print(f"READY {config.node_id}", flush=True)
     failing = asyncio.create_task(node.failed.wait(), name="failed")
     await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
@@ -517,16 +522,16 @@ async def serve(config: BrokerConfig) -> None:
         await node.stop()
         raise BrokerFailedError("a broker task failed (see the log above)")
     failing.cancel()
-    log.info("broker %d: controlled shutdown", config.node_id)
+    log_event(log, logging.INFO, "controlled_shutdown")
     await node.controlled_shutdown()
     await node.stop()
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        configure_logging(args.log_level, args.node_id, "broker")
         config = config_from(args)
-    except BrokerConfigError as exc:
+    except (BrokerConfigError, ValueError) as exc:
         print(f"pykraft broker: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:

@@ -40,6 +40,7 @@ from metadata.metrics import controller_registry
 from metadata.service import ActiveController, Forwarder, fence_loop
 from metadata.state_machine import MetadataStateMachine
 from proto import admin_pb2_grpc, controller_pb2_grpc
+from proto.logfmt import configure_logging, log_event
 from proto.metrics import METRICS_OFF, MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services
 from proto.settings import collect_overrides
@@ -246,6 +247,7 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
     await node.start()
     if node.metrics is not None:
         print(f"METRICS {node.metrics.url}", flush=True)
+        log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics.url)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -256,8 +258,8 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        configure_logging(args.log_level, args.node_id, "controller")
         settings = settings_from(args)
         asyncio.run(serve(args, settings))
     except (QuorumConfigError, RaftStoreCorruptError, OSError, ValueError) as exc:
