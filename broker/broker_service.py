@@ -13,6 +13,8 @@ in ``broker.replica_manager`` and the cores it drives:
 - Fetch reads ``[log start, HW)`` from the leader, long-polls (woken when the HW moves), and answers
   OFFSET_OUT_OF_RANGE with the valid range in ``log_start_offset``/``high_watermark``.
 - ListOffsets: EARLIEST = log start offset, LATEST = HW, TIMESTAMP from the time index.
+- InitProducerId hands out a producer id from a block the controller allocated
+  (``broker.producer_ids``); the partition leaders deduplicate by it (``broker.producer_state``).
 - Metadata comes from the broker's copy of the metadata image (it may lag the controller slightly).
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from broker.producer_ids import ProducerIdManager, ProducerIdUnavailableError, controller_block_allocator
 from broker.replica_manager import (
     FetchRequestPartition,
     ProduceRequestPartition,
@@ -47,11 +50,38 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         clock_ms: Callable[[], int],
         request_timeout_ms: int,
         controller_id: Callable[[], int],
+        producer_ids: ProducerIdManager | None = None,
     ) -> None:
         self.manager = manager
         self.clock_ms = clock_ms
         self.request_timeout_ms = request_timeout_ms
         self.controller_id = controller_id
+        self.producer_ids = producer_ids
+
+    # ---- InitProducerId -------------------------------------------------------------------------
+
+    def _producer_id_manager(self) -> ProducerIdManager:
+        """The given manager or, until broker.server passes one, one over the broker server's
+        controller client (the owner of ``manager.on_deadline``)."""
+        if self.producer_ids is None:
+            server = self.manager.on_deadline.__self__  # type: ignore[attr-defined]
+            self.producer_ids = ProducerIdManager(
+                controller_block_allocator(
+                    server.controllers.call, server.config.node_id, lambda: server.broker_epoch
+                )
+            )
+        return self.producer_ids
+
+    async def InitProducerId(self, request, context):
+        try:
+            producer_id, epoch = await self._producer_id_manager().generate()
+        except ProducerIdUnavailableError as exc:
+            return broker_pb2.InitProducerIdResponse(
+                error=error_pb(exc.code, str(exc)), producer_id=-1, producer_epoch=-1
+            )
+        return broker_pb2.InitProducerIdResponse(
+            error=error_pb(0), producer_id=producer_id, producer_epoch=epoch
+        )
 
     # ---- Metadata ---------------------------------------------------------------------------------
 

@@ -290,3 +290,19 @@ class ListOffsetsPartitionResponse(_message.Message):
     offset: int
     leader_epoch: int
     def __init__(self, partition: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., timestamp_ms: _Optional[int] = ..., offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+
+class InitProducerIdRequest(_message.Message):
+    __slots__ = ("transaction_timeout_ms",)
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    transaction_timeout_ms: int
+    def __init__(self, transaction_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class InitProducerIdResponse(_message.Message):
+    __slots__ = ("error", "producer_id", "producer_epoch")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.Error
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...

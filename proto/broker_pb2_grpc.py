@@ -70,6 +70,11 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/pykraft.broker.BrokerService/InitProducerId',
+                request_serializer=proto_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -114,6 +119,12 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -136,6 +147,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=proto_dot_broker__pb2.ListOffsetsRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=proto_dot_broker__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -261,6 +277,33 @@ class BrokerService:
             '/pykraft.broker.BrokerService/ListOffsets',
             proto_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
             proto_dot_broker__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pykraft.broker.BrokerService/InitProducerId',
+            proto_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+            proto_dot_broker__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,
