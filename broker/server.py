@@ -260,7 +260,7 @@ class BrokerNode:
                     controller_pb2_grpc.ControllerServiceStub, "RegisterBroker", request
                 )
             except ControllerUnavailableError as exc:
-                log_event(log, logging.INFO, "register_retry", error=exc)
+                log_event(log, logging.INFO, "register_retry", reason=exc)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if response.error.code == ErrorCode.NONE:
@@ -411,7 +411,8 @@ class BrokerNode:
                     controller_pb2_grpc.ControllerServiceStub, "AlterPartition", request
                 )
             except ControllerUnavailableError as exc:
-                log_event(log, logging.INFO, "alter_partition_retry", topic=tp[0], partition=tp[1], error=exc)
+                log_event(log, logging.INFO, "alter_partition_retry", topic=tp[0], partition=tp[1],
+                          reason=exc)  # fmt: skip
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if response.error.code != ErrorCode.NONE:

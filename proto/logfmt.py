@@ -7,7 +7,8 @@
 the root logger in a process's ``main``. ``log_event(logger, level, event, **fields)`` logs a named
 event with fields (topic, partition, leader_epoch, ...); plain ``logger.info("text %s", x)`` calls
 still work and appear as ``msg="..."``. Values with spaces, quotes or ``=`` are double-quoted with
-escapes, so a line always splits back into its fields.
+escapes, so a line always splits back into its fields. A field named like a fixed key (``node``,
+``error``, ...) gets a trailing underscore.
 
 Exceptions never add lines: an expected error logged with ``exc_info`` becomes
 ``error="Type: message"``; at ERROR and above the traceback is kept too, escaped into one
@@ -75,10 +76,11 @@ def _compact(value: object) -> object:
 
 def log_event(logger: logging.Logger, level: int, event: str, **fields: object) -> None:
     """Log the named ``event`` with ``fields`` (rendered ``key=value`` after ``event=``)."""
-    clash = _RESERVED & fields.keys()
-    assert not clash, f"log_event({event}): field names {sorted(clash)} are reserved"
     if logger.isEnabledFor(level):
-        logger.log(level, event, extra={FIELDS_ATTR: fields})
+        # A field named like a fixed one (node, error, ...) is renamed, never dropped; logging must not
+        # fail the caller.
+        safe = {(f"{k}_" if k in _RESERVED else k): v for k, v in fields.items()}
+        logger.log(level, event, extra={FIELDS_ATTR: safe})
 
 
 def configure_logging(level: str, node_id: int, role: str) -> None:

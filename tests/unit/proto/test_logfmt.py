@@ -68,6 +68,9 @@ def test_quoting(value: str, quoted: str) -> None:
     assert quote(value) == quoted
 
 
-def test_reserved_field_names_are_refused() -> None:
-    with pytest.raises(AssertionError, match="reserved"):
-        log_event(logging.getLogger("x"), logging.INFO, "e", node=1)
+def test_fields_named_like_fixed_keys_are_renamed(caplog: pytest.LogCaptureFixture) -> None:
+    """A caller's ``error=`` or ``node=`` must neither crash the process nor shadow the fixed key."""
+    with caplog.at_level(logging.INFO, logger="x"):
+        log_event(logging.getLogger("x"), logging.INFO, "register_retry", error="no controller", node=7)
+    fields = parse(LogfmtFormatter(101, "broker").format(caplog.records[-1]))
+    assert (fields["node"], fields["node_"], fields["error_"]) == ("101", "7", "no controller")
