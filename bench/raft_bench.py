@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
+import queue
 import signal
 import socket
 import statistics
@@ -302,7 +304,7 @@ def pysyncobj_node(self_addr: str, partners: list[str], use_batch: bool) -> None
                 node.append(b"z" * ENTRY_BYTES, sync=True, timeout=0.2)
             except Exception:
                 continue
-            reply({"started": started, "committed_at": time.monotonic()})
+            reply({"op": "loop", "started": started, "committed_at": time.monotonic()})
 
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -311,13 +313,14 @@ def pysyncobj_node(self_addr: str, partners: list[str], use_batch: bool) -> None
             status = node.getStatus()
             reply(
                 {
+                    "op": "status",
                     "leader": node._isLeader(),
                     "has_leader": status["leader"] is not None,
                     "commit": status["commit_idx"],
                 }
             )
         elif op == "throughput":
-            reply(_pso_throughput(node, cmd["total"], cmd["window"]))
+            reply({"op": "throughput", **_pso_throughput(node, cmd["total"], cmd["window"])})
         elif op == "latency":
             out, failures = [], 0
             while len(out) < cmd["samples"] and failures < cmd["samples"]:
@@ -328,7 +331,7 @@ def pysyncobj_node(self_addr: str, partners: list[str], use_batch: bool) -> None
                     failures += 1
                     continue
                 out.append((time.perf_counter() - t0) * 1000)
-            reply({"latency": out, "failures": failures})
+            reply({"op": "latency", "latency": out, "failures": failures})
         elif op == "commit_loop":
             stop_loop.clear()
             threading.Thread(target=commit_loop, daemon=True).start()
@@ -372,6 +375,7 @@ class PsoCluster:
         self.addresses = [f"127.0.0.1:{p}" for p in ports]
         self.use_batch = use_batch
         self.procs: dict[int, subprocess.Popen] = {}
+        self.replies: dict[int, queue.Queue] = {}
         self.stderr_path = Path(tempfile.mkstemp(prefix="pysyncobj-", suffix=".stderr")[1])
 
     def divergence_warnings(self) -> int:
@@ -389,6 +393,19 @@ class PsoCluster:
         )
         stderr.close()
         self.procs[i] = proc
+        self.replies[i] = replies = queue.Queue()
+        threading.Thread(target=_read_replies, args=(proc, replies), daemon=True).start()
+
+    def next_reply(self, i: int, op: str, timeout_s: float = DEADLINE_S) -> dict:
+        """The next reply of kind ``op`` from node ``i`` (others are skipped); TimeoutError if none."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                answer = self.replies[i].get(timeout=max(0.001, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"PySyncObj node {i} sent no {op!r} reply within {timeout_s} s") from None
+            if answer.get("op") == op:
+                return answer
 
     def ask(self, i: int, op: dict) -> dict:
         proc = self.procs[i]
@@ -397,7 +414,7 @@ class PsoCluster:
         proc.stdin.flush()
         if op["op"] in ("commit_loop", "stop_loop"):
             return {}
-        return json.loads(proc.stdout.readline())
+        return self.next_reply(i, op["op"], timeout_s=3 * DEADLINE_S)
 
     def leader(self, exclude: int = -1) -> int:
         deadline = time.monotonic() + DEADLINE_S
@@ -420,38 +437,40 @@ class PsoCluster:
 
 
 def pso_failover(cluster: PsoCluster, trials: int) -> list[float]:
+    """Like ours; a trial with no commit within DEADLINE_S after the kill counts as DEADLINE_S."""
     out = []
     for _ in range(trials):
         leader = cluster.leader()
         driver = next(i for i in cluster.procs if i != leader)
         cluster.ask(driver, {"op": "commit_loop"})
-        stdout = cluster.procs[driver].stdout
-        assert stdout is not None
         for _ in range(20):
-            json.loads(stdout.readline())
+            cluster.next_reply(driver, "loop")
         cluster.kill(leader)
         t_kill = time.monotonic()
-        while True:  # the first entry proposed after the kill that commits
-            line = json.loads(stdout.readline())
-            if line["started"] > t_kill:
-                t = line["committed_at"]
-                break
-        out.append((t - t_kill) * 1000)
+        try:
+            while True:  # the first entry proposed after the kill that commits
+                line = cluster.next_reply(
+                    driver, "loop", timeout_s=max(0.001, t_kill + DEADLINE_S - time.monotonic())
+                )
+                if line["started"] > t_kill:
+                    out.append((line["committed_at"] - t_kill) * 1000)
+                    break
+        except TimeoutError:
+            out.append(DEADLINE_S * 1000)
         cluster.ask(driver, {"op": "stop_loop"})
-        time.sleep(0.3)  # let the loop's last reply land before the next command
-        while True:  # drain replies of the loop's final iterations
-            import select
-
-            ready, _, _ = select.select([stdout], [], [], 0.3)
-            if not ready:
-                break
-            stdout.readline()
         cluster.start(leader)
         deadline = time.monotonic() + DEADLINE_S
         while not cluster.ask(leader, {"op": "status"})["has_leader"]:
             assert time.monotonic() < deadline, "restarted PySyncObj node found no leader"
             time.sleep(0.05)
     return out
+
+
+def _read_replies(proc: subprocess.Popen, replies: queue.Queue) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        with contextlib.suppress(ValueError):
+            replies.put(json.loads(line))
 
 
 def run_pysyncobj(args: argparse.Namespace) -> dict:
