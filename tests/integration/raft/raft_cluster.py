@@ -56,6 +56,7 @@ class RaftCluster:
     size: int
     snapshot_every: int = 10_000
     observers: int = 0  # node ids size+1 .. size+observers
+    last_leader: int = 0
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
     channels: dict[int, grpc.Channel] = field(default_factory=dict)
@@ -149,12 +150,13 @@ class RaftCluster:
     def propose_committed(self, entries: list[bytes], timeout_s: float = DEADLINE_S) -> tuple[int, int]:
         """Retry (following leader hints) until the entries commit; return (first_index, last_index)."""
         deadline = time.monotonic() + timeout_s
-        target = 0
+        target = self.last_leader  # a stopped (SIGSTOP) node would hold each call for its deadline
         while time.monotonic() < deadline:
             candidates = [target] if target in self.alive() else self.alive()
             for node in candidates:
                 reply = self.propose(entries, prefer=node)
                 if reply is not None and reply.error_code == ErrorCode.NONE:
+                    self.last_leader = node
                     return reply.first_index, reply.last_index
                 target = reply.leader.leader_id if reply is not None else 0
                 if target:
