@@ -25,6 +25,13 @@ partition") records are appended in send order even across retries. With more in
 batch is re-queued ahead of every later batch of its partition, but a later batch that the broker
 already accepted stays ahead of it (Kafka without idempotence behaves the same).
 
+Idempotence (KIP-98, ``idempotent=True``): a batch gets its ``base_sequence`` when it is first
+drained (it is closed then, so its record count is final): the partition's record sequence so far,
+wrapping past INT32_MAX to 0 like Kafka; a retry keeps it, so the leader recognises a duplicate.
+Batches are drained in sequence order and re-queued in sequence order, so up to 5 in flight per
+partition keep their order across retries: a batch answered OUT_OF_ORDER_SEQUENCE_NUMBER while an
+earlier batch of its partition is still unacknowledged is retried (``has_earlier_unacked``).
+
 Pure: time comes in as ``now_ms``; nothing is encoded here (the driver builds the v2 batch from
 ``ProducerBatch.records``). Not thread-safe: the producer serializes calls.
 """
@@ -43,6 +50,9 @@ from proto.errors import ErrorCode
 
 BATCH_HEADER_BYTES = 61
 NO_LEADER = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+MAX_IN_FLIGHT_IDEMPOTENT = 5  # Kafka: enable.idempotence requires max.in.flight <= 5
 Header = tuple[str, bytes | None]
 
 MessageTooLargeError = errors.exception_class(ErrorCode.MESSAGE_TOO_LARGE)
@@ -111,8 +121,14 @@ class AccumulatorConfig:
     retries: int = 2_147_483_647
     retry_backoff_ms: int = 100
     delivery_timeout_ms: int = 120_000
+    idempotent: bool = False
 
     def __post_init__(self) -> None:
+        if self.idempotent and self.max_in_flight_per_partition > MAX_IN_FLIGHT_IDEMPOTENT:
+            raise ValueError(
+                f"max.in.flight.requests.per.connection={self.max_in_flight_per_partition} is above "
+                f"{MAX_IN_FLIGHT_IDEMPOTENT}, the most enable.idempotence allows; lower it or disable it"
+            )
         for name in ("batch_size", "max_request_size", "max_in_flight_per_partition", "delivery_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.replace('_', '.')} must be > 0, got {getattr(self, name)}")
@@ -133,6 +149,7 @@ class ProducerBatch:
     size_bytes: int = BATCH_HEADER_BYTES
     closed: bool = False
     attempts: int = 0
+    base_sequence: int = NO_SEQUENCE  # idempotence: set when first drained, kept across retries
     retry_after_ms: int = 0
 
     def try_append(self, record: PendingRecord, batch_size: int) -> bool:
@@ -183,6 +200,7 @@ class RecordAccumulator:
         self._in_flight: dict[int, ProducerBatch] = {}
         self._in_flight_count: dict[TopicPartition, int] = {}
         self._next_sequence: dict[TopicPartition, int] = {}
+        self._next_record_sequence: dict[TopicPartition, int] = {}
         self._batch_ids = itertools.count(1)
         self._flushing = False
 
@@ -285,12 +303,27 @@ class RecordAccumulator:
                 break
             queue.popleft()
             head.closed = True
+            if self.config.idempotent and head.base_sequence == NO_SEQUENCE:
+                head.base_sequence = self._take_record_sequence(tp, len(head.records))
             head.attempts += 1
             size += head.size_bytes
             self._in_flight[head.batch_id] = head
             self._in_flight_count[tp] = self._in_flight_count.get(tp, 0) + 1
             batches.append(head)
         return batches
+
+    def _take_record_sequence(self, tp: TopicPartition, count: int) -> int:
+        base = self._next_record_sequence.get(tp, 0)
+        following = base + count
+        self._next_record_sequence[tp] = following - INT32_MAX - 1 if following > INT32_MAX else following
+        return base
+
+    def has_earlier_unacked(self, batch: ProducerBatch) -> bool:
+        """Is a batch of the same partition created before ``batch`` still queued or in flight?"""
+        tp = batch.topic_partition
+        return any(b.sequence < batch.sequence for b in self._queues.get(tp, ())) or any(
+            b.topic_partition == tp and b.sequence < batch.sequence for b in self._in_flight.values()
+        )
 
     def _oldest_head(self, tp: TopicPartition) -> tuple[int, str, int]:
         queue = self._queues.get(tp)
@@ -302,11 +335,18 @@ class RecordAccumulator:
         """The batch was acknowledged: its records' futures succeed."""
         return self._land(batch_id)
 
-    def fail(self, batch_id: int, code: ErrorCode, message: str, now_ms: int) -> Failure:
-        """The batch failed: retry (re-queued in sequence order, after backoff) or fail its records."""
+    def fail(
+        self, batch_id: int, code: ErrorCode, message: str, now_ms: int, retriable: bool | None = None
+    ) -> Failure:
+        """The batch failed: retry (re-queued in sequence order, after backoff) or fail its records.
+
+        ``retriable`` overrides the code's own retriability (the producer retries OUT_OF_ORDER_SEQUENCE
+        behind an earlier unacknowledged batch)."""
         batch = self._land(batch_id)
         timed_out = now_ms - batch.created_ms >= self.config.delivery_timeout_ms
-        if errors.is_retriable(code) and batch.attempts <= self.config.retries and not timed_out:
+        if retriable is None:
+            retriable = errors.is_retriable(code)
+        if retriable and batch.attempts <= self.config.retries and not timed_out:
             batch.retry_after_ms = now_ms + self.config.retry_backoff_ms
             self._requeue(batch)
             return Failure(FailureAction.RETRY, batch, code, message)

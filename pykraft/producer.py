@@ -27,8 +27,16 @@ Theory of operation (Kafka's ``KafkaProducer`` + ``Sender``):
 - ``flush()`` makes every batch sendable now and waits for the batches that existed when it was
   called; ``close()`` flushes (bounded by ``timeout_s``), stops the sender and closes channels.
 
-Without idempotence a retried batch may be written twice when its first attempt's answer was lost
-(Kafka's at-least-once without ``enable.idempotence``).
+Idempotence (KIP-98, ``enable_idempotence=True``, the default as in Kafka 3.x): before its first
+batch the sender obtains a producer id and epoch with ``InitProducerId`` from any broker; every batch
+carries them and its per-partition base sequence (``pykraft.accumulator``), so a retry whose first
+attempt was appended (its answer lost) is answered with the original offsets instead of being
+written twice: exactly once per partition, in send order, with up to 5 batches in flight per
+partition. It requires ``acks="all"`` and at most 5 in flight: left unset, idempotence is off for another
+config (as in Kafka 3.x); set explicitly, a contradictory config is refused with ValueError.
+OUT_OF_ORDER_SEQUENCE_NUMBER is retried while an earlier batch of the partition is unacknowledged
+(it will fill the gap); otherwise it, INVALID_PRODUCER_EPOCH and UNKNOWN_PRODUCER_ID fail the batch.
+Without idempotence a retried batch may be written twice (Kafka's at-least-once).
 
 Thread-safety: ``send``, ``flush`` and ``close`` may be called from any thread. Callbacks run on the
 sender thread: keep them short.
@@ -36,6 +44,7 @@ sender thread: keep them short.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -48,6 +57,7 @@ import grpc
 from proto import broker_pb2, errors
 from proto.errors import ErrorCode
 from pykraft.accumulator import (
+    NO_SEQUENCE,
     AccumulatorConfig,
     FailureAction,
     ProducerBatch,
@@ -85,6 +95,9 @@ ProducerClosedError = errors.exception_class(ErrorCode.NETWORK_EXCEPTION)
 TimedOutError = errors.exception_class(ErrorCode.REQUEST_TIMED_OUT)
 UnknownTopicError = errors.exception_class(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 InvalidRecordError = errors.exception_class(ErrorCode.INVALID_RECORD)
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+INIT_PRODUCER_ID_BACKOFF_MS = 100
 
 
 class _BatchResult:
@@ -193,11 +206,28 @@ class Producer:
         max_block_ms: int = 60_000,
         buffer_memory: int = 33_554_432,
         metadata_max_age_ms: int = 300_000,
+        enable_idempotence: bool | None = None,
         partitioner: StickyPartitioner | None = None,
         rng: random.Random | None = None,
+        test_drop_first_response: bool = False,
     ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 'all', 1 or 0, got {acks!r}")
+        self._idempotence_explicit = enable_idempotence is not None
+        if enable_idempotence is None:  # Kafka 3.x: on by default unless the config contradicts it
+            enable_idempotence = ACKS[acks] == ACKS["all"] and max_in_flight_requests_per_connection <= 5
+        if enable_idempotence and ACKS[acks] != ACKS["all"]:
+            raise ValueError(
+                f"enable_idempotence=True requires acks='all', got acks={acks!r}: set acks='all' or "
+                "enable_idempotence=False"
+            )
+        self.enable_idempotence = enable_idempotence
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self._init_producer_id_after_ms = 0
+        # Test-only fault: the first answer to every Produce request is discarded after it arrived
+        # (the broker did append), so every batch is retried (tests/integration/client/test_idempotence.py).
+        self._drop_first_response = test_drop_first_response
         if compression_type not in COMPRESSION:
             raise ValueError(
                 f"compression_type must be one of {sorted(COMPRESSION)}, got {compression_type!r}"
@@ -218,6 +248,7 @@ class Producer:
                 batch_size=batch_size, linger_ms=linger_ms, max_request_size=max_request_size,
                 max_in_flight_per_partition=max_in_flight_requests_per_connection, retries=retries,
                 retry_backoff_ms=retry_backoff_ms, delivery_timeout_ms=delivery_timeout_ms,
+                idempotent=enable_idempotence,
             )
         )  # fmt: skip
         self._partitioner = partitioner or StickyPartitioner(rng or random.Random())
@@ -427,11 +458,14 @@ class Producer:
         for answer in responses:
             self._handle_response(answer)
         self._maybe_refresh_metadata()
+        have_producer_id = self._maybe_init_producer_id()
         with self._lock:
             closing = self._closing
+            requests: dict[int, list[ProducerBatch]] = {}
+            next_check_ms: int | None = _now_ms() + INIT_PRODUCER_ID_BACKOFF_MS
             if closing:
                 self._fail_everything("the producer was closed before these records were sent")
-            else:
+            elif have_producer_id:
                 requests, next_check_ms = self._drain(_now_ms())
         self._run_callbacks()
         if closing:
@@ -442,6 +476,45 @@ class Producer:
             if not self._responses and not self._closing:
                 wait_s = IDLE_WAIT_S if next_check_ms is None else (next_check_ms - _now_ms()) / 1000
                 self._wakeup.wait(min(max(wait_s, 0.0), IDLE_WAIT_S))
+        return True
+
+    def _maybe_init_producer_id(self) -> bool:
+        """Idempotence: obtain a producer id and epoch (InitProducerId, any broker) before sending."""
+        if not self.enable_idempotence or self.producer_id != NO_PRODUCER_ID:
+            return True
+        now_ms = _now_ms()
+        if now_ms < self._init_producer_id_after_ms:
+            return False
+        self._init_producer_id_after_ms = now_ms + INIT_PRODUCER_ID_BACKOFF_MS
+        with self._lock:
+            addresses = [*self._metadata.broker_addresses(), *self._bootstrap]
+        request = broker_pb2.InitProducerIdRequest()
+        for address in dict.fromkeys(addresses):
+            try:
+                response = self._connections.stub(address).InitProducerId(
+                    request, timeout=self.request_timeout_ms / 1000
+                )
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED and not self._idempotence_explicit:
+                    return self._disable_idempotence(address)
+                log.debug("InitProducerId on %s failed: %s", address, exc)
+                continue
+            except errors.KafkaError as exc:
+                log.debug("InitProducerId on %s failed: %s", address, exc)
+                continue
+            if response.error.code == ErrorCode.NONE:
+                self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+                log.debug("producer id %d epoch %d", self.producer_id, self.producer_epoch)
+                return True
+            log.debug("InitProducerId on %s: %s", address, response.error.message)
+        return False
+
+    def _disable_idempotence(self, address: str) -> bool:
+        """Kafka 3.x: idempotence that was only on by default is dropped for a broker without it."""
+        log.warning("broker %s does not implement InitProducerId: idempotence disabled", address)
+        with self._lock:
+            self.enable_idempotence = False
+            self._accumulator.config = dataclasses.replace(self._accumulator.config, idempotent=False)
         return True
 
     def _drain(self, now_ms: int) -> tuple[dict[int, list[ProducerBatch]], int | None]:
@@ -484,9 +557,14 @@ class Producer:
         by_topic: dict[str, list[broker_pb2.PartitionProduceData]] = {}
         for batch in batches:
             tp = batch.topic_partition
-            data = broker_pb2.PartitionProduceData(
-                partition=tp.partition, records=build_batch(batch.records, compression=self.compression)
-            )
+            if batch.base_sequence == NO_SEQUENCE:
+                records = build_batch(batch.records, compression=self.compression)
+            else:
+                records = build_batch(
+                    batch.records, compression=self.compression, producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch, base_sequence=batch.base_sequence,
+                )  # fmt: skip
+            data = broker_pb2.PartitionProduceData(partition=tp.partition, records=records)
             if epochs[tp] is not None:
                 data.current_leader_epoch = epochs[tp]
             by_topic.setdefault(tp.topic, []).append(data)
@@ -500,6 +578,8 @@ class Producer:
 
     def _on_done(self, leader_id: int, batches: tuple[ProducerBatch, ...], call: grpc.Future) -> None:
         error = call.exception()
+        if self._drop_first_response and error is None and all(b.attempts == 1 for b in batches):
+            error = _LocalRpcError("test fault: the first answer to this request was dropped")
         self._post(_Response(leader_id, batches, None if error else call.result(), error))
 
     def _post(self, answer: _Response) -> None:
@@ -547,8 +627,12 @@ class Producer:
             hint = answer.current_leader if answer is not None and answer.HasField("current_leader") else None
             if hint is None or not self._metadata.update_leader(tp, hint.leader_id, hint.leader_epoch):
                 self._metadata.request_update()
+        retriable = None
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.enable_idempotence:
+            retriable = self._accumulator.has_earlier_unacked(batch)  # the gap is being filled
         failure = self._accumulator.fail(batch.batch_id, ErrorCode(code) if code in _CODES else
-                                         ErrorCode.UNKNOWN_SERVER_ERROR, message, now_ms)  # fmt: skip
+                                         ErrorCode.UNKNOWN_SERVER_ERROR, message, now_ms,
+                                         retriable)  # fmt: skip
         if failure.action is FailureAction.RETRY:
             log.debug("retrying %s after %s", tp, message)
             return
