@@ -14,8 +14,12 @@ batch about to be appended (``check``), before anything is written:
   answered with the original's offsets and not appended again.
 - same epoch, ``first_seq == last_seq + 1`` (mod 2^31) -> in sequence, appended.
 - anything else -> ``OUT_OF_ORDER_SEQUENCE_NUMBER`` (a gap, or a batch older than the 5-window).
-- unknown producer (no entry: new, expired, or its batches were removed by retention) -> any
-  sequence is accepted, as Kafka does; the client's sequence restarts from the broker's view.
+- unknown producer (no entry: new, expired, or its batches removed by retention): the batch must
+  start at sequence 0, else ``UNKNOWN_PRODUCER_ID`` (Kafka before KIP-360). Kafka >= 2.5 accepts any
+  sequence here because one connection delivers a producer's requests in order; gRPC runs
+  concurrent requests in any order, so batch 1 of a new producer may arrive before batch 0, and
+  accepting it would let batch 0 land after it. The client retries UNKNOWN_PRODUCER_ID while an
+  earlier batch of the partition is unacknowledged (it establishes the state).
 
 After an append, leaders and followers alike call ``update`` with the batch and its offsets (this is
 how followers, and a restarted broker replaying its log, rebuild the same state, so a retry sent to a
@@ -145,7 +149,13 @@ class ProducerStateManager:
             return APPEND
         entry = self.producers.get(batch.producer_id)
         if entry is None:
-            return APPEND
+            if batch.base_sequence == 0:
+                return APPEND
+            return Reject(
+                ErrorCode.UNKNOWN_PRODUCER_ID,
+                f"producer {batch.producer_id} has no state here and sequence {batch.base_sequence} "
+                "is not 0 (its earlier batches are not here yet, or its state expired)",
+            )
         if batch.producer_epoch < entry.producer_epoch:
             return Reject(
                 ErrorCode.INVALID_PRODUCER_EPOCH,

@@ -34,8 +34,8 @@ attempt was appended (its answer lost) is answered with the original offsets ins
 written twice: exactly once per partition, in send order, with up to 5 batches in flight per
 partition. It requires ``acks="all"`` and at most 5 in flight: left unset, idempotence is off for another
 config (as in Kafka 3.x); set explicitly, a contradictory config is refused with ValueError.
-OUT_OF_ORDER_SEQUENCE_NUMBER is retried while an earlier batch of the partition is unacknowledged
-(it will fill the gap); otherwise it, INVALID_PRODUCER_EPOCH and UNKNOWN_PRODUCER_ID fail the batch.
+OUT_OF_ORDER_SEQUENCE_NUMBER and UNKNOWN_PRODUCER_ID are retried while an earlier batch of the
+partition is unacknowledged (it fills the gap); otherwise they and INVALID_PRODUCER_EPOCH fail it.
 Without idempotence a retried batch may be written twice (Kafka's at-least-once).
 
 Thread-safety: ``send``, ``flush`` and ``close`` may be called from any thread. Callbacks run on the
@@ -97,6 +97,8 @@ UnknownTopicError = errors.exception_class(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 InvalidRecordError = errors.exception_class(ErrorCode.INVALID_RECORD)
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
+# Retried while an earlier batch of the partition is unacknowledged: that batch fills the gap.
+SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID})
 INIT_PRODUCER_ID_BACKOFF_MS = 100
 
 
@@ -628,7 +630,7 @@ class Producer:
             if hint is None or not self._metadata.update_leader(tp, hint.leader_id, hint.leader_epoch):
                 self._metadata.request_update()
         retriable = None
-        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.enable_idempotence:
+        if code in SEQUENCE_ERRORS and self.enable_idempotence:
             retriable = self._accumulator.has_earlier_unacked(batch)  # the gap is being filled
         failure = self._accumulator.fail(batch.batch_id, ErrorCode(code) if code in _CODES else
                                          ErrorCode.UNKNOWN_SERVER_ERROR, message, now_ms,

@@ -39,7 +39,7 @@ HISTORY = (b(0, 2), b(2, 3), b(5, 1))  # offsets 0-1, 2-4, 5
     ("history", "incoming", "expected"),
     [
         ((), b(0), APPEND),
-        ((), b(42), APPEND),  # unknown producer: any sequence (Kafka)
+        ((), b(42), Reject(ErrorCode.UNKNOWN_PRODUCER_ID, "")),  # batch 0 has not arrived yet
         (HISTORY, b(6), APPEND),
         (HISTORY, b(0, 2), Duplicate(0, 1)),
         (HISTORY, b(2, 3), Duplicate(2, 4)),
@@ -56,7 +56,7 @@ HISTORY = (b(0, 2), b(2, 3), b(5, 1))  # offsets 0-1, 2-4, 5
     ],
     ids=[
         "new-producer-seq0",
-        "new-producer-any-seq",
+        "new-producer-not-seq0",
         "in-sequence",
         "duplicate-first",
         "duplicate-middle",
