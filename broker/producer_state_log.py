@@ -68,6 +68,9 @@ class PartitionProducerState:
     def open(cls, plog: Log, expiration_ms: int, now_ms: int) -> PartitionProducerState:
         """Recover: newest snapshot <= log end offset, then replay the batches after it."""
         state = ProducerStateManager(expiration_ms)
+        # A snapshot past the log end (recovery truncated an unflushed tail) describes batches that
+        # are gone: delete it before the log grows past it again with other batches.
+        producer_snapshot.delete_snapshots(plog.directory, above=plog.log_end_offset)
         loaded = producer_snapshot.load_latest(plog.directory, plog.log_end_offset)
         start = 0
         if loaded is not None:
