@@ -25,7 +25,13 @@ ALLOWED = {
 # pykraft's process entry points start servers; they may import the server packages lazily.
 ENTRY_POINT_EXCEPTIONS = {"pykraft/cli.py", "pykraft/cluster.py", "pykraft/demo.py", "pykraft/cli_admin.py"}
 IO_MODULES = {"asyncio", "grpc", "socket", "threading", "time", "os", "subprocess", "select", "selectors"}
-CORE_MODULES = ["raft/core.py", "broker/partition.py", "metadata/controller.py", "metadata/image.py"]
+CORE_MODULES = [
+    "raft/core.py",
+    "broker/partition.py",
+    "broker/producer_state.py",
+    "metadata/controller.py",
+    "metadata/image.py",
+]
 
 
 def imported_roots(path: Path) -> set[str]:
