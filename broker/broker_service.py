@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from broker.producer_ids import ProducerIdManager, ProducerIdUnavailableError, controller_block_allocator
+from broker.producer_ids import ProducerIdManager, ProducerIdUnavailableError
 from broker.replica_manager import (
     FetchRequestPartition,
     ProduceRequestPartition,
@@ -61,15 +61,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     # ---- InitProducerId -------------------------------------------------------------------------
 
     def _producer_id_manager(self) -> ProducerIdManager:
-        """The given manager or, until broker.server passes one, one over the broker server's
-        controller client (the owner of ``manager.on_deadline``)."""
         if self.producer_ids is None:
-            server = self.manager.on_deadline.__self__  # type: ignore[attr-defined]
-            self.producer_ids = ProducerIdManager(
-                controller_block_allocator(
-                    server.controllers.call, server.config.node_id, lambda: server.broker_epoch
-                )
-            )
+            raise ProducerIdUnavailableError("this broker was started without a producer-id source")
         return self.producer_ids
 
     async def InitProducerId(self, request, context):

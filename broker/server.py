@@ -50,6 +50,7 @@ from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
 from broker.metrics import BrokerMetrics, RequestTimer
 from broker.partition import AlterPartitionProposal
+from broker.producer_ids import ProducerIdManager, controller_block_allocator
 from broker.replica_manager import ReplicaManager
 from broker.replica_service import ReplicaServicer
 from metadata.image import MetadataImage, MetadataReplayError
@@ -202,7 +203,14 @@ class BrokerNode:
     async def start(self) -> None:
         self.server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[RequestTimer(self.metrics)])
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(
-            BrokerServicer(self.manager, monotonic_ms, self.config.settings.request_timeout_ms, lambda: -1),
+            BrokerServicer(
+                self.manager, monotonic_ms, self.config.settings.request_timeout_ms, lambda: -1,
+                producer_ids=ProducerIdManager(
+                    controller_block_allocator(
+                        self.controllers.call, self.config.node_id, lambda: self.broker_epoch
+                    )
+                ),
+            ),
             self.server,
         )
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
