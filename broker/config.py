@@ -1,7 +1,11 @@
 """Broker settings, with Kafka's names, and the ``pykraft broker`` command-line flags.
 
     pykraft broker --node-id 101 --listen 127.0.0.1:9092 --controllers 127.0.0.1:9093,... \\
-        --data-dir DIR [--rack R] [--override replica.lag.time.max.ms=1500] ...
+        --data-dir DIR [--rack R] [--advertised-listener HOST:PORT] [--override KEY=VALUE] ...
+
+The broker listens on ``--listen`` and registers ``advertised.listeners`` (``--advertised-listener``,
+default: the listen address) with the controller: that endpoint is what Metadata returns to clients and
+what other brokers' replica fetchers dial. A listen address of 0.0.0.0 must be paired with one.
 
 ``--override KEY=VALUE`` takes Kafka's broker config names (``BROKER_OVERRIDES``) plus the broker
 defaults of topic configs (``min.insync.replicas``, ``max.message.bytes``, ...: used when the topic has
@@ -22,7 +26,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from proto.settings import SettingsError, collect_overrides
+from proto.settings import (
+    ADVERTISED_LISTENERS,
+    NON_ROUTABLE_HOSTS,
+    SettingsError,
+    collect_overrides,
+    parse_listener,
+)
 
 # Kafka config name -> (BrokerSettings field, minimum)
 BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
@@ -91,6 +101,7 @@ class BrokerSettings:
     log_flush_scheduler_interval_ms: int = 1_000
     # Broker defaults of topic configs, as strings (Kafka's names), e.g. {"min.insync.replicas": "2"}.
     topic_defaults: tuple[tuple[str, str], ...] = ()
+    advertised_listeners: str = ""  # HOST:PORT; "" = the listen address
 
     def topic_default(self, name: str) -> str | None:
         return dict(self.topic_defaults).get(name)
@@ -112,8 +123,12 @@ def parse_overrides(items: list[str], base: BrokerSettings | None = None) -> Bro
         if key in TOPIC_DEFAULT_KEYS:
             topic_defaults[key] = value.strip()
             continue
+        if key == ADVERTISED_LISTENERS:
+            _listener(value, f"setting {key}")
+            values["advertised_listeners"] = value.strip()
+            continue
         if key not in BROKER_OVERRIDES:
-            known = sorted({*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS})
+            known = sorted({*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS})
             raise BrokerConfigError(f"setting {key}: unknown broker setting; known: {', '.join(known)}")
         field, minimum = BROKER_OVERRIDES[key]
         text = value.strip()
@@ -134,10 +149,17 @@ class BrokerConfig:
     rack: str
     settings: BrokerSettings
     metrics_port: int = METRICS_OFF
+    advertised_host: str = ""  # registered with the controller; "" = host
+    advertised_port: int = 0  # 0 = port
 
     @property
     def listen(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        """The (host, port) other nodes and clients dial: the advertised listener."""
+        return (self.advertised_host or self.host, self.advertised_port or self.port)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,6 +168,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--controllers", required=True, help="host:port[,host:port...] of any controllers")
     parser.add_argument("--data-dir", type=Path, required=True, help="directory of the partition logs")
     parser.add_argument("--rack", default="", help="rack id for replica placement")
+    parser.add_argument(
+        "--advertised-listener", "--advertised-listeners", dest="advertised_listener", default=None,
+        metavar="HOST:PORT", help="address registered for clients and other brokers (default: --listen)",
+    )  # fmt: skip
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--config-file", type=Path, default=None, help="Kafka-style key=value properties")
     parser.add_argument("--log-level", default="WARNING")
@@ -166,12 +192,31 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
         raise BrokerConfigError(f"--controllers {args.controllers!r}: expected HOST:PORT[,HOST:PORT...]")
     if args.metrics_port < METRICS_OFF or args.metrics_port > 65535:
         raise BrokerConfigError(f"--metrics-port {args.metrics_port}: must be 1..65535, 0 (any) or -1 (off)")
-    known = {*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS}
+    known = {*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS}
     try:
         items = collect_overrides(args.override, known, os.environ, args.config_file)
     except SettingsError as exc:
         raise BrokerConfigError(str(exc)) from None
     settings = parse_overrides(items)
+    if args.advertised_listener is not None:
+        advertised = _listener(args.advertised_listener, "--advertised-listener")
+    elif settings.advertised_listeners:
+        advertised = _listener(settings.advertised_listeners, f"setting {ADVERTISED_LISTENERS}")
+    elif host in NON_ROUTABLE_HOSTS:
+        raise BrokerConfigError(
+            f"--listen {args.listen}: other nodes cannot dial {host}; set --advertised-listener HOST:PORT "
+            f"({ADVERTISED_LISTENERS}, PYKRAFT_ADVERTISED_LISTENERS) to the address clients should use"
+        )
+    else:
+        advertised = (host, int(port))
     return BrokerConfig(
-        args.node_id, host, int(port), controllers, args.data_dir, args.rack, settings, args.metrics_port
-    )
+        args.node_id, host, int(port), controllers, args.data_dir, args.rack, settings, args.metrics_port,
+        *advertised,
+    )  # fmt: skip
+
+
+def _listener(text: str, what: str) -> tuple[str, int]:
+    try:
+        return parse_listener(text, what)
+    except SettingsError as exc:
+        raise BrokerConfigError(str(exc)) from None

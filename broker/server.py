@@ -255,7 +255,8 @@ class BrokerNode:
         self.failed.set()
 
     async def register(self) -> None:
-        endpoint = metadata_pb2.Endpoint(name=LISTENER_NAME, host=self.config.host, port=self.config.port)
+        host, port = self.config.endpoint  # the advertised listener (default: the listen address)
+        endpoint = metadata_pb2.Endpoint(name=LISTENER_NAME, host=host, port=port)
         request = controller_pb2.RegisterBrokerRequest(
             broker_id=self.config.node_id,
             incarnation_id=self.incarnation_id,
@@ -278,7 +279,7 @@ class BrokerNode:
             await asyncio.sleep(RETRY_BACKOFF_S)
         self.broker_epoch = response.broker_epoch
         self.fetchers.set_broker_epoch(self.broker_epoch)
-        log_event(log, logging.INFO, "registered", broker_epoch=self.broker_epoch)
+        log_event(log, logging.INFO, "registered", broker_epoch=self.broker_epoch, endpoint=f"{host}:{port}")
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away; wait (bounded) until it says we may stop."""

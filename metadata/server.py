@@ -15,6 +15,12 @@ environment variables and ``--config-file`` (``proto.settings``: flags > environ
 defaults). Broker settings (``BROKER_KEYS``: the local launcher passes the same overrides to every
 node) are accepted and ignored; any other name, or a bad value, exits 2 naming it.
 ``--metrics-port`` serves Prometheus metrics (``metadata.metrics``).
+
+Addresses: the process listens on ``--listen``; every other node dials the address of its entry in
+``--voters`` (Kafka's ``controller.quorum.voters``), which is therefore this controller's advertised
+listener and may differ from ``--listen`` (behind a proxy, NAT or a container name). The
+``advertised.listeners`` setting (``--advertised-listener``) is accepted so that one properties file or
+environment serves every role; a controller refuses one that differs from its voters entry.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from proto import admin_pb2_grpc, controller_pb2_grpc
 from proto.logfmt import configure_logging, log_event
 from proto.metrics import METRICS_OFF, MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services
-from proto.settings import collect_overrides
+from proto.settings import ADVERTISED_LISTENERS, collect_overrides, parse_listener
 from raft.config import QuorumConfigError, parse_voters
 from raft.driver import DriverConfig, RaftDriver
 from raft.store import RaftStoreCorruptError
@@ -105,6 +111,7 @@ class ControllerSettings:
     election_timeout_ms: int = 300
     heartbeat_interval_ms: int = 50
     snapshot_every_entries: int = 10_000
+    advertised_listeners: str = ""  # HOST:PORT; must equal this node's --voters entry when set
 
 
 def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSettings:
@@ -116,8 +123,12 @@ def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSet
         key = key.strip()
         if key in BROKER_KEYS:
             continue
+        if key == ADVERTISED_LISTENERS:
+            parse_listener(value, f"setting {key}")
+            values["advertised_listeners"] = value.strip()
+            continue
         if key not in OVERRIDES:
-            known = ", ".join(sorted(OVERRIDES))
+            known = ", ".join(sorted([*OVERRIDES, ADVERTISED_LISTENERS]))
             raise ValueError(f"setting {key}: unknown controller setting; known: {known}")
         field, minimum = OVERRIDES[key]
         if not value.strip().lstrip("-").isdigit() or int(value) < minimum:
@@ -128,7 +139,11 @@ def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSet
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-id", type=int, required=True, help="this controller's voter id")
-    parser.add_argument("--listen", required=True, help="host:port to serve on (must match --voters)")
+    parser.add_argument("--listen", required=True, help="host:port to serve on (others dial --voters)")
+    parser.add_argument(
+        "--advertised-listener", "--advertised-listeners", dest="advertised_listener", default=None,
+        metavar="HOST:PORT", help="must equal this node's --voters entry (the address others dial)",
+    )  # fmt: skip
     parser.add_argument("--voters", required=True, help="1@host:port,2@host:port,3@host:port")
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--broker-session-timeout-ms", type=int, default=DEFAULT_BROKER_SESSION_TIMEOUT_MS)
@@ -152,7 +167,9 @@ def settings_from(args: argparse.Namespace) -> ControllerSettings:
     )
     if args.metrics_port < METRICS_OFF or args.metrics_port > 65535:
         raise ValueError(f"--metrics-port {args.metrics_port}: must be 1..65535, 0 (any) or -1 (off)")
-    items = collect_overrides(args.override, OVERRIDES, os.environ, args.config_file)
+    items = collect_overrides(args.override, [*OVERRIDES, ADVERTISED_LISTENERS], os.environ, args.config_file)
+    if args.advertised_listener is not None:
+        items.append(f"{ADVERTISED_LISTENERS}={args.advertised_listener}")
     settings = parse_overrides(items, base)
     if settings.election_timeout_ms <= settings.heartbeat_interval_ms:
         raise ValueError(
@@ -178,7 +195,14 @@ class ControllerNode:
         self.voters = parse_voters(voters)
         self.metrics_port = metrics_port
         self.metrics: MetricsEndpoint | None = None
-        self.voters.voter(node_id)  # raises QuorumConfigError if this node is not a voter
+        me = self.voters.voter(node_id)  # raises QuorumConfigError if this node is not a voter
+        if settings.advertised_listeners:
+            host, port = parse_listener(settings.advertised_listeners)
+            if (host, port) != (me.host, me.port):
+                raise QuorumConfigError(
+                    f"{ADVERTISED_LISTENERS}={host}:{port} differs from controller {node_id}'s --voters "
+                    f"entry {me.address}, the address every other node dials; make them equal"
+                )
         self.listen = listen
         self.settings = settings
         config = ControllerConfig(

@@ -13,6 +13,10 @@ Both processes (``pykraft controller``, ``pykraft broker``) take settings by Kaf
 ``collect_overrides`` returns the merged ``KEY=VALUE`` items in that order; the process's own parser
 (``broker.config.parse_overrides``, ``metadata.server.parse_overrides``) validates names and values
 and, since the last item for a key wins, applies the precedence. Defaults are the parser's.
+
+``advertised.listeners`` (``parse_listener``) is the one setting whose value is an address: the
+``HOST:PORT`` others use to reach a node, which may differ from the one it listens on (a proxy, NAT,
+a container name). Kafka's ``PLAINTEXT://HOST:PORT`` form is accepted; pykraft has one listener.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from pathlib import Path
 
 ENV_PREFIX = "PYKRAFT_"
 COMMENT_MARKERS = ("#", "!")
+ADVERTISED_LISTENERS = "advertised.listeners"
+LISTENER_NAME = "PLAINTEXT"
+# Addresses that mean "every interface" to bind(), but reach nothing when another node dials them.
+NON_ROUTABLE_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
 class SettingsError(ValueError):
@@ -31,6 +39,27 @@ class SettingsError(ValueError):
 def env_name(key: str) -> str:
     """``replica.lag.time.max.ms`` -> ``PYKRAFT_REPLICA_LAG_TIME_MAX_MS``."""
     return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
+
+
+def parse_listener(text: str, what: str = ADVERTISED_LISTENERS) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PLAINTEXT://HOST:PORT`` -> ``(host, port)``; ``what`` names the source."""
+    value = text.strip()
+    if "," in value:
+        raise SettingsError(f"{what}={text}: pykraft has one listener; give one HOST:PORT")
+    name, sep, rest = value.partition("://")
+    if sep:
+        if name.upper() != LISTENER_NAME:
+            raise SettingsError(f"{what}={text}: unknown listener {name!r}; only {LISTENER_NAME}://HOST:PORT")
+        value = rest
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SettingsError(f"{what}={text}: expected HOST:PORT, e.g. broker-1.example.com:9092")
+    if host in NON_ROUTABLE_HOSTS:
+        raise SettingsError(
+            f"{what}={text}: {host or 'an empty host'} cannot be dialled by other nodes; "
+            "advertise a routable name or IP address"
+        )
+    return host, int(port)
 
 
 def read_properties(path: Path) -> list[tuple[str, str]]:
