@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from proto import broker_pb2, broker_pb2_grpc, errors
+from proto import broker_pb2, broker_pb2_grpc, errors, group_pb2_grpc
 from proto.errors import ErrorCode
 from proto.serving import GRPC_OPTIONS
 
@@ -42,12 +42,13 @@ def parse_bootstrap(bootstrap_servers: str | Sequence[str]) -> list[str]:
 
 
 class Connections:
-    """A channel and a BrokerService stub per address."""
+    """A channel per address, with its BrokerService stub and (``group_stub``) GroupService stub."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
+        self._group_stubs: dict[str, group_pb2_grpc.GroupServiceStub] = {}
         self._closed = False
 
     def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
@@ -63,6 +64,17 @@ class Connections:
                 self._stubs[address] = broker_pb2_grpc.BrokerServiceStub(channel)
             return self._stubs[address]
 
+    def group_stub(self, address: str) -> group_pb2_grpc.GroupServiceStub:
+        """The GroupService stub of ``address`` (every broker serves it on the same channel)."""
+        stub = self._group_stubs.get(address)
+        if stub is not None:
+            return stub
+        self.stub(address)  # opens the channel, or raises when closed
+        with self._lock:
+            if address not in self._group_stubs:
+                self._group_stubs[address] = group_pb2_grpc.GroupServiceStub(self._channels[address])
+            return self._group_stubs[address]
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -70,6 +82,7 @@ class Connections:
                 channel.close()
             self._channels.clear()
             self._stubs.clear()
+            self._group_stubs.clear()
 
 
 def fetch_metadata(
