@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "produce": "pykraft.cli_client",
     "consume": "pykraft.cli_client",
     "cluster": "pykraft.cli_cluster",
+    "groups": "pykraft.cli_groups",
     "broker": "broker.cli",
 }
 
