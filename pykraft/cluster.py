@@ -10,6 +10,10 @@ pid still belongs to a process started with this data directory (pids are reused
 
 Tests use ``LocalCluster`` directly: the same code starts, kills (any signal), restarts and stops
 nodes, so the integration tests exercise exactly what users run.
+
+A node listens on ``port``; others dial ``advertised_port`` when it is set (e.g. a fault-injecting TCP
+proxy forwarding to ``port``): it goes into the controllers' ``--voters``, the brokers'
+``--controllers`` and ``--advertised-listener``, and the bootstrap. Health probes use the listen port.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class NodeSpec:
     port: int
     pid: int = 0
     metrics_port: int = 0  # Prometheus /metrics on 127.0.0.1 (proto.metrics)
+    advertised_port: int = 0  # the port other nodes and clients dial; 0 = port
 
     @property
     def name(self) -> str:
@@ -54,6 +59,11 @@ class NodeSpec:
 
     @property
     def address(self) -> str:
+        """Where other nodes and clients reach this node (its advertised listener)."""
+        return f"127.0.0.1:{self.advertised_port or self.port}"
+
+    @property
+    def listen_address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
 
@@ -112,8 +122,10 @@ class LocalCluster:
 
     def command(self, spec: NodeSpec) -> list[str]:
         cmd = [sys.executable, "-m", "pykraft.cli", spec.role, "--node-id", str(spec.node_id),
-               "--listen", spec.address, "--data-dir", str(self.data_dir / spec.name),
+               "--listen", spec.listen_address, "--data-dir", str(self.data_dir / spec.name),
                "--metrics-port", str(spec.metrics_port)]
+        if spec.advertised_port:
+            cmd += ["--advertised-listener", spec.address]
         if spec.role == "controller":
             cmd += ["--voters", self.voters]
         else:
@@ -201,7 +213,7 @@ class LocalCluster:
     # ---- readiness ----------------------------------------------------------------------------
 
     def healthy(self, spec: NodeSpec) -> bool:
-        return self.is_running(spec) and serving.check_health(spec.address, timeout_s=0.5)
+        return self.is_running(spec) and serving.check_health(spec.listen_address, timeout_s=0.5)
 
     def wait_until(self, condition: Callable[[], bool], timeout_s: float, what: str,
                    progress: Callable[[str], None] | None = None) -> None:
