@@ -18,6 +18,7 @@ INT_MAX = 2**31 - 1
 class ConfigType(enum.Enum):
     INT = "int"
     LONG = "long"
+    DOUBLE = "double"
     BOOLEAN = "boolean"
     LIST = "list"
     STRING = "string"
@@ -37,7 +38,8 @@ class ConfigDef:
     name: str
     type: ConfigType
     default: str
-    minimum: int | None = None  # for INT/LONG
+    minimum: int | None = None  # for INT/LONG/DOUBLE
+    maximum: int | None = None  # for DOUBLE (INT/LONG are bounded by their type)
     choices: frozenset[str] | None = None  # for LIST/STRING: allowed items
     doc: str = ""
 
@@ -63,6 +65,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("message.timestamp.type", ConfigType.STRING, "CreateTime", choices=TIMESTAMP_TYPES),
         ConfigDef("delete.retention.ms", ConfigType.LONG, "86400000", 0),
         ConfigDef("min.compaction.lag.ms", ConfigType.LONG, "0", 0),
+        ConfigDef("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5", 0, 1, doc="share dirty to clean"),
     )
 }
 
@@ -82,6 +85,16 @@ def _validate_number(d: ConfigDef, value: str) -> str | None:
     return None
 
 
+def _validate_double(d: ConfigDef, value: str) -> str | None:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return f"{d.name} must be a number, got {value!r}"
+    if not (d.minimum is None or number >= d.minimum) or not (d.maximum is None or number <= d.maximum):
+        return f"{d.name} must be in [{d.minimum}, {d.maximum}], got {value.strip()}"
+    return None
+
+
 def validate_config(name: str, value: str) -> str | None:
     """None when ``name=value`` is a valid topic config; else a message saying what to fix."""
     d = TOPIC_CONFIGS.get(name)
@@ -89,6 +102,8 @@ def validate_config(name: str, value: str) -> str | None:
         return f"unknown topic config {name!r}; known: {', '.join(sorted(TOPIC_CONFIGS))}"
     if d.type in (ConfigType.INT, ConfigType.LONG):
         return _validate_number(d, value)
+    if d.type == ConfigType.DOUBLE:
+        return _validate_double(d, value)
     if d.type == ConfigType.BOOLEAN:
         if value.strip().lower() not in ("true", "false"):
             return f"{name} must be true or false, got {value!r}"

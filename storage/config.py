@@ -8,6 +8,13 @@ names or bad values with ``INVALID_CONFIG`` and a message that names the setting
 Unlimited / disabled values are ``None`` here, where Kafka uses -1 or Long.MAX_VALUE:
 ``retention_bytes=None`` keeps any size, ``retention_ms=None`` keeps forever, ``flush_messages=None`` and
 ``flush_ms=None`` never fsync on a count or a timer (durability comes from replication, as in Kafka).
+
+Compaction (``storage.cleaner``): ``cleanup.policy`` is a comma-separated list of ``delete`` and
+``compact`` (Kafka's values; stored normalized, e.g. ``"compact,delete"``). ``compact`` keeps the last
+record per key, ``delete`` applies retention.ms / retention.bytes; a compact-only log never loses
+data to retention. ``delete.retention.ms`` keeps tombstones readable that long after the cleaner
+first saw them (KIP-534), ``min.cleanable.dirty.ratio`` (a float in [0, 1]) and
+``min.compaction.lag.ms`` decide when a log is worth cleaning.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ _DAY_MS = 24 * 60 * 60 * 1000
 # Kafka encodes "no limit" as -1 in these settings; we turn it into None.
 _MINUS_ONE_MEANS_NONE = {"retention_bytes", "retention_ms", "flush_messages", "flush_ms"}
 
+COMPACT = "compact"
+DELETE = "delete"
+CLEANUP_POLICIES = (COMPACT, DELETE)
+
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
@@ -44,6 +55,20 @@ class LogConfig:
     flush_messages: int | None = None
     flush_ms: int | None = None
     message_timestamp_type: str = CREATE_TIME
+    cleanup_policy: str = DELETE
+    delete_retention_ms: int = _DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+
+    @property
+    def compact(self) -> bool:
+        """The cleaner keeps the last record per key (``cleanup.policy`` contains ``compact``)."""
+        return COMPACT in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Retention by time and size applies (``cleanup.policy`` contains ``delete``)."""
+        return DELETE in self.cleanup_policy.split(",")
 
     def __post_init__(self) -> None:
         for problem in self._problems():
@@ -68,6 +93,17 @@ class LogConfig:
                 yield f"{_dotted(name)}={value} must be >= 1, or -1 to rely on replication"
         if self.message_timestamp_type not in TIMESTAMP_TYPES:
             yield f"message.timestamp.type={self.message_timestamp_type!r} must be one of {TIMESTAMP_TYPES}"
+        policies = self.cleanup_policy.split(",")
+        if any(p not in CLEANUP_POLICIES for p in policies) or len(set(policies)) < len(policies):
+            yield (
+                f"cleanup.policy={self.cleanup_policy!r} must be a comma-separated list of "
+                f"{list(CLEANUP_POLICIES)}, e.g. 'compact' or 'compact,delete'"
+            )
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            yield f"min.cleanable.dirty.ratio={self.min_cleanable_dirty_ratio} must be in [0, 1]"
+        for name in ("delete_retention_ms", "min_compaction_lag_ms"):
+            if getattr(self, name) < 0:
+                yield f"{_dotted(name)}={getattr(self, name)} must be >= 0"
 
     @classmethod
     def from_properties(cls, properties: dict[str, object], base: LogConfig | None = None) -> LogConfig:
@@ -99,6 +135,13 @@ def _dotted(name: str) -> str:
 def _coerce(name: str, raw: object) -> object:
     if name == "message_timestamp_type":
         return str(raw)
+    if name == "cleanup_policy":
+        return ",".join(item.strip() for item in str(raw).split(",") if item.strip())
+    if name == "min_cleanable_dirty_ratio":
+        try:
+            return float(str(raw).strip())
+        except ValueError:
+            raise errors.InvalidConfigError(f"min.cleanable.dirty.ratio={raw!r} is not a number") from None
     try:
         value = int(str(raw).strip())
     except ValueError:
