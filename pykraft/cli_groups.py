@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pykraft.cli_admin import EXIT_ERROR, UsageError, _common, _print_json, _run, _table
-from pykraft.group_admin import ConsumerGroupDescription
+from pykraft.group_admin import ConsumerGroupDescription, tp_order
 from pykraft.types import TopicPartition
 
 NONE_SHOWN = "-"
@@ -123,7 +123,7 @@ def _offset_rows(admin: Any, description: ConsumerGroupDescription) -> list[dict
     """One row per partition that is committed or assigned (Kafka's tool shows both)."""
     committed = admin.list_consumer_group_offsets(description.group_id)
     owner = {tp: m for m in description.members for tp in m.assignment}
-    partitions = sorted(set(committed) | set(owner))
+    partitions = sorted(set(committed) | set(owner), key=tp_order)
     ends = admin.list_offsets(partitions, "latest") if partitions else {}
     rows = []
     for tp in partitions:
@@ -193,13 +193,13 @@ def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
     plan = _plan(admin, args, partitions, committed)
     if args.execute:
         admin.alter_consumer_group_offsets(group, plan)
+    ordered = [(tp, plan[tp]) for tp in sorted(plan, key=tp_order)]
     if args.json:
-        _print_json({"group": group, "executed": args.execute,
-                     "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": o}
-                                 for tp, o in sorted(plan.items())]})
+        offsets = [{"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in ordered]
+        _print_json({"group": group, "executed": args.execute, "offsets": offsets})
         return 0
-    _table([["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
-            *[[group, tp.topic, tp.partition, o] for tp, o in sorted(plan.items())]])
+    rows = [[group, tp.topic, tp.partition, o] for tp, o in ordered]
+    _table([["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], *rows])
     if not args.execute:
         print("\nDry run: nothing was changed. Add --execute to commit these offsets.", file=sys.stderr)
     return 0
@@ -211,7 +211,7 @@ def _scope(
     if args.all_topics:
         if not committed:
             raise UsageError("the group has no committed offsets: name the topics with --topic")
-        return sorted(committed)
+        return sorted(committed, key=tp_order)
     out: list[TopicPartition] = []
     for item in args.topic:
         topic, _, plist = item.partition(":")
@@ -225,7 +225,7 @@ def _scope(
         if description.error is not None:
             raise description.error
         out += [TopicPartition(topic, p.partition) for p in description.partitions]
-    return sorted(set(out))
+    return sorted(set(out), key=tp_order)
 
 
 def _plan(

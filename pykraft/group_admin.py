@@ -92,8 +92,16 @@ def decode_assignment(data: bytes) -> tuple[TopicPartition, ...]:
     """A member's ConsumerProtocolAssignment bytes -> its partitions (empty bytes: none yet)."""
     message = group_pb2.ConsumerProtocolAssignment.FromString(data)
     return tuple(
-        sorted(TopicPartition(tps.topic, p) for tps in message.assigned_partitions for p in tps.partitions)
+        sorted(
+            (TopicPartition(tps.topic, p) for tps in message.assigned_partitions for p in tps.partitions),
+            key=tp_order,
+        )
     )
+
+
+def tp_order(tp: TopicPartition) -> tuple[str, int]:
+    """Sort key of a TopicPartition (topic, then partition)."""
+    return (tp.topic, tp.partition)
 
 
 def decode_subscription(data: bytes) -> tuple[str, ...]:
@@ -289,7 +297,7 @@ class GroupAdmin:
     ) -> dict[TopicPartition, int]:
         """``"earliest"`` (log start), ``"latest"`` (HW) or a timestamp in ms (first offset at or after
         it; the HW when there is none, as Kafka's reset tool does) for each partition, from its leader."""
-        tps = sorted(set(partitions))
+        tps = sorted(set(partitions), key=tp_order)
         out: dict[TopicPartition, int] = {}
         for remaining in self._deadline_loop("ListOffsets"):
             pending = [tp for tp in tps if tp not in out]
@@ -354,6 +362,6 @@ class GroupAdmin:
 
 def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
-    for tp in sorted(set(tps)):
+    for tp in sorted(set(tps), key=tp_order):
         out.setdefault(tp.topic, []).append(tp.partition)
     return out
