@@ -56,6 +56,7 @@ from storage.batch_header import (
     COMPRESSION_MASK,
     CONTROL_MASK,
     CRC_POS,
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     MAGIC_V2,
     NO_PARTITION_LEADER_EPOCH,
@@ -171,18 +172,74 @@ def build_batch(
         | (TRANSACTIONAL_MASK if transactional else 0)
         | (CONTROL_MASK if control else 0)
     )
+    fields = (
+        base_offset, HEADER_SIZE - _AFTER_LENGTH_POS + len(region), partition_leader_epoch, MAGIC_V2, 0,
+        attributes, max(len(records) - 1, 0), base_timestamp, max_timestamp, producer_id, producer_epoch,
+        base_sequence, len(records),
+    )  # fmt: skip
+    return _pack_batch(fields, region)
+
+
+def _pack_batch(fields: tuple[int, ...], region: bytes) -> bytes:
+    """Header ``fields`` (wire order, CRC 0) + ``region``, with the CRC-32C computed."""
     header = bytearray(HEADER_SIZE)
     try:
-        _HEADER_STRUCT.pack_into(
-            header, 0, base_offset, HEADER_SIZE - _AFTER_LENGTH_POS + len(region), partition_leader_epoch,
-            MAGIC_V2, 0, attributes, max(len(records) - 1, 0), base_timestamp, max_timestamp,
-            producer_id, producer_epoch, base_sequence, len(records),
-        )  # fmt: skip
+        _HEADER_STRUCT.pack_into(header, 0, *fields)
     except struct.error as exc:
         raise InvalidRecordError(f"a batch header field does not fit its type: {exc}") from exc
     crc = crc32c.crc32c(region, value=crc32c.crc32c(memoryview(header)[ATTRIBUTES_POS:]))
     struct.pack_into(">I", header, CRC_POS, crc)
     return b"".join((header, region))
+
+
+def rebuild_batch(
+    header: BatchHeader, records: Sequence[Record], delete_horizon_ms: int | None = None
+) -> bytes:
+    """Re-encode a batch holding a subset of its records (the log cleaner), changing nothing else.
+
+    Kept from ``header``: baseOffset, partitionLeaderEpoch, codec, timestamp type, transactional and
+    control bits, producer id/epoch, baseSequence and lastOffsetDelta (as Kafka's cleaner: the original
+    last offset keeps the producer's last sequence); each record keeps its offset and timestamp.
+    ``delete_horizon_ms`` marks the batch with a delete horizon (KIP-534: attributes bit 6, the horizon
+    stored as baseTimestamp, record timestamps relative to it); None keeps the batch's own. With no
+    records the result is an empty, uncompressed batch carrying the same offsets (Kafka's
+    ``writeEmptyHeader``: it keeps a producer's last sequence, or a segment's end offset).
+    """
+    attributes = header.attributes
+    if not records:
+        attributes &= ~(COMPRESSION_MASK | DELETE_HORIZON_MASK)
+        stamp = header.max_timestamp
+        return _pack_batch(_retained_fields(header, attributes, 0, stamp, stamp, 0), b"")
+    base_timestamp = header.base_timestamp
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
+        base_timestamp = delete_horizon_ms
+    if attributes & TIMESTAMP_TYPE_MASK:
+        max_timestamp = header.max_timestamp
+    else:
+        max_timestamp = max(record.timestamp for record in records)
+    inputs = [(r.key, r.value, r.headers, r.timestamp) for r in records]
+    region = _encode_region(inputs, base_timestamp, [r.offset - header.base_offset for r in records])
+    codec = attributes & COMPRESSION_MASK
+    if codec != CompressionType.NONE:
+        region = compress(codec, region)
+    fields = _retained_fields(header, attributes, len(region), base_timestamp, max_timestamp, len(records))
+    return _pack_batch(fields, region)
+
+
+def _retained_fields(
+    header: BatchHeader,
+    attributes: int,
+    region_bytes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    count: int,
+) -> tuple[int, ...]:
+    return (
+        header.base_offset, HEADER_SIZE - _AFTER_LENGTH_POS + region_bytes, header.partition_leader_epoch,
+        MAGIC_V2, 0, attributes, header.last_offset_delta, base_timestamp, max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, count,
+    )  # fmt: skip
 
 
 def _batch_timestamps(timestamps: list[int]) -> tuple[int, int]:
@@ -194,13 +251,17 @@ def _batch_timestamps(timestamps: list[int]) -> tuple[int, int]:
     return timestamps[0], max(timestamps)
 
 
-def _encode_region(records: Sequence[RecordInput], base_timestamp: int) -> bytes:
-    """The uncompressed records region. One ``b"".join`` at the end; per record only lookups."""
+def _encode_region(
+    records: Sequence[RecordInput], base_timestamp: int, offset_deltas: Sequence[int] | None = None
+) -> bytes:
+    """The uncompressed records region (offset deltas 0, 1, ... unless given). One ``b"".join`` at the
+    end; per record only lookups."""
     small = SMALL_VARINTS
     limit = SMALL_VARINT_LIMIT - 1
     parts: list[bytes] = []
     extend = parts.extend
-    for offset_delta, (record_key, record_value, headers, timestamp) in enumerate(records):
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    for offset_delta, (record_key, record_value, headers, timestamp) in zip(deltas, records, strict=True):
         delta = timestamp - base_timestamp
         ts_bytes = small[delta + 1] if 0 <= delta < limit else encode_varint(delta)
         off_bytes = small[offset_delta + 1] if offset_delta < limit else encode_varint(offset_delta)
@@ -471,4 +532,5 @@ __all__ = [
     "decode_records",
     "iter_batches",
     "iter_records",
+    "rebuild_batch",
 ]
