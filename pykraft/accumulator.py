@@ -32,6 +32,14 @@ Batches are drained in sequence order and re-queued in sequence order, so up to 
 partition keep their order across retries: a batch answered OUT_OF_ORDER_SEQUENCE_NUMBER while an
 earlier batch of its partition is still unacknowledged is retried (``has_earlier_unacked``).
 
+A sequenced batch that fails for good (retries exhausted, ``delivery_timeout_ms``, a non-retriable
+error) leaves a hole in its partition's sequences that nothing will fill: every later batch would get
+OUT_OF_ORDER_SEQUENCE_NUMBER. So it requests a **sequence reset** (also requested by the producer when
+a leader lost its state, UNKNOWN_PRODUCER_ID): nothing more is drained until every in-flight batch is
+answered (``sequence_reset_due``), then ``reset_sequences`` restarts every partition at sequence 0 and
+clears the base sequence of every queued batch (retries included), which get fresh ones when drained;
+the producer sends them under a bumped producer epoch (Kafka's KIP-360 epoch bump).
+
 Pure: time comes in as ``now_ms``; nothing is encoded here (the driver builds the v2 batch from
 ``ProducerBatch.records``). Not thread-safe: the producer serializes calls.
 """
@@ -203,6 +211,7 @@ class RecordAccumulator:
         self._next_record_sequence: dict[TopicPartition, int] = {}
         self._batch_ids = itertools.count(1)
         self._flushing = False
+        self._sequence_reset_pending = False
 
     # ---- appending ------------------------------------------------------------------------------
 
@@ -253,6 +262,8 @@ class RecordAccumulator:
         ready_leaders: set[int] = set()
         unknown: set[TopicPartition] = set()
         next_check: int | None = None
+        if self._sequence_reset_pending:  # hold everything until the reset (see the module docstring)
+            return ReadyCheck(frozenset(), None, frozenset())
         for tp, queue in self._queues.items():
             if not queue:
                 continue
@@ -285,6 +296,8 @@ class RecordAccumulator:
     ) -> dict[int, list[ProducerBatch]]:
         """For each ready leader, the batches of one request: one per partition, head first."""
         drained: dict[int, list[ProducerBatch]] = {}
+        if self._sequence_reset_pending:
+            return drained
         for leader, partitions in leader_partitions.items():
             batches = self._drain_leader(partitions, now_ms)
             if batches:
@@ -325,6 +338,30 @@ class RecordAccumulator:
             b.topic_partition == tp and b.sequence < batch.sequence for b in self._in_flight.values()
         )
 
+    # ---- sequence reset (idempotence) -------------------------------------------------------------
+
+    @property
+    def sequence_reset_pending(self) -> bool:
+        return self._sequence_reset_pending
+
+    def request_sequence_reset(self) -> None:
+        """Hold every partition until in-flight batches are answered, then ``reset_sequences``."""
+        if self.config.idempotent:
+            self._sequence_reset_pending = True
+
+    def sequence_reset_due(self) -> bool:
+        """A reset was requested and nothing is in flight any more: bump the epoch and reset now."""
+        return self._sequence_reset_pending and not self._in_flight
+
+    def reset_sequences(self) -> None:
+        """Every partition restarts at sequence 0; queued batches get fresh base sequences when drained."""
+        assert self.sequence_reset_due(), f"sequence reset with {len(self._in_flight)} batches in flight"
+        self._next_record_sequence.clear()
+        for queue in self._queues.values():
+            for batch in queue:
+                batch.base_sequence = NO_SEQUENCE
+        self._sequence_reset_pending = False
+
     def _oldest_head(self, tp: TopicPartition) -> tuple[int, str, int]:
         queue = self._queues.get(tp)
         return (queue[0].created_ms if queue else 1 << 62, tp.topic, tp.partition)
@@ -350,7 +387,13 @@ class RecordAccumulator:
             batch.retry_after_ms = now_ms + self.config.retry_backoff_ms
             self._requeue(batch)
             return Failure(FailureAction.RETRY, batch, code, message)
+        self._maybe_reset_after(batch)
         return Failure(FailureAction.FAIL, batch, code, message)
+
+    def _maybe_reset_after(self, failed: ProducerBatch) -> None:
+        """A batch that was given a sequence fails for good: its partition's sequences have a hole."""
+        if failed.base_sequence != NO_SEQUENCE:
+            self.request_sequence_reset()
 
     def _land(self, batch_id: int) -> ProducerBatch:
         batch = self._in_flight.pop(batch_id, None)
@@ -374,6 +417,7 @@ class RecordAccumulator:
         for queue in self._queues.values():
             while queue and now_ms - queue[0].created_ms >= self.config.delivery_timeout_ms:
                 expired.append(queue.popleft())
+                self._maybe_reset_after(expired[-1])
         return expired
 
     def abort_all(self) -> list[ProducerBatch]:
@@ -407,3 +451,9 @@ class RecordAccumulator:
                 assert batch.batch_id not in self._in_flight, f"batch {batch.batch_id} queued and in flight"
         for tp, count in self._in_flight_count.items():
             assert 0 < count <= self.config.max_in_flight_per_partition, f"{tp}: {count} batches in flight"
+        if self.config.idempotent:
+            for tp, queue in self._queues.items():
+                sequenced = [batch.base_sequence != NO_SEQUENCE for batch in queue]
+                assert sequenced == sorted(sequenced, reverse=True), (
+                    f"{tp}: a batch without a base sequence is queued ahead of one with a sequence"
+                )

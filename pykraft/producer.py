@@ -35,8 +35,24 @@ written twice: exactly once per partition, in send order, with up to 5 batches i
 partition. It requires ``acks="all"`` and at most 5 in flight: left unset, idempotence is off for another
 config (as in Kafka 3.x); set explicitly, a contradictory config is refused with ValueError.
 OUT_OF_ORDER_SEQUENCE_NUMBER and UNKNOWN_PRODUCER_ID are retried while an earlier batch of the
-partition is unacknowledged (it fills the gap); otherwise they and INVALID_PRODUCER_EPOCH fail it.
-Without idempotence a retried batch may be written twice (Kafka's at-least-once).
+partition is unacknowledged (it fills the gap); otherwise OUT_OF_ORDER_SEQUENCE_NUMBER and
+INVALID_PRODUCER_EPOCH fail the batch. Without idempotence a retried batch may be written twice
+(Kafka's at-least-once).
+
+Epoch bump (Kafka >= 2.5, KIP-360, for a producer without ``transactional.id``): a batch that got a
+sequence and then fails for good (``delivery_timeout_ms``, retries exhausted, a non-retriable error)
+leaves a hole in its partition's sequences, and every later batch would be refused
+OUT_OF_ORDER_SEQUENCE_NUMBER forever. So the accumulator then holds all sending until every
+in-flight batch is answered; the sender bumps ``producer_epoch`` by one (locally: the producer id is
+ours alone, and the leader accepts a newer epoch that starts at sequence 0) and every partition
+restarts at sequence 0, queued retries included. The newer epoch also fences a request of the old
+epoch that might still reach a leader late (INVALID_PRODUCER_EPOCH, nothing appended). At epoch
+32767 (int16) the producer gets a new producer id with InitProducerId instead. UNKNOWN_PRODUCER_ID
+with no earlier batch unacknowledged means the leader has no state for us (it expired after
+``producer.id.expiration.ms`` idle, KIP-854) and the batch is not in the log: the same bump, and
+the batch is sent again at sequence 0. Caveat (Kafka's too): the records of a batch that failed
+with a timeout may still have been written; with more than one batch in flight, a later batch
+that was in flight beside it is resent under the new epoch and may then be written twice.
 
 Thread-safety: ``send``, ``flush`` and ``close`` may be called from any thread. Callbacks run on the
 sender thread: keep them short.
@@ -100,6 +116,7 @@ NO_PRODUCER_EPOCH = -1
 # Retried while an earlier batch of the partition is unacknowledged: that batch fills the gap.
 SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID})
 INIT_PRODUCER_ID_BACKOFF_MS = 100
+MAX_PRODUCER_EPOCH = 32_767  # int16 in the batch header (Kafka's Short.MAX_VALUE)
 
 
 class _BatchResult:
@@ -524,6 +541,8 @@ class Producer:
             self._finish(batch, NO_OFFSET, NO_TIMESTAMP, TimedOutError(
                 f"{batch.topic_partition}: not sent within delivery.timeout.ms="
                 f"{self._accumulator.config.delivery_timeout_ms} (no leader or too slow)"))  # fmt: skip
+        if self._accumulator.sequence_reset_due() and not self._bump_producer_epoch():
+            return {}, None
         check = self._accumulator.ready(now_ms, self._metadata.leader_of)
         if check.unknown_leader_partitions:
             self._metadata.request_update()
@@ -535,6 +554,20 @@ class Producer:
             if leader in check.ready_leaders:
                 by_leader.setdefault(leader, []).append(tp)
         return self._accumulator.drain(by_leader, now_ms), check.next_ready_check_ms
+
+    def _bump_producer_epoch(self) -> bool:
+        """Restart every partition at sequence 0 under epoch + 1 (see the module docstring); at the
+        int16 limit drop the producer id instead (False: InitProducerId first)."""
+        self._accumulator.reset_sequences()
+        if self.producer_epoch < MAX_PRODUCER_EPOCH:
+            self.producer_epoch += 1
+            log.info("producer %d: epoch bumped to %d, sequences restart at 0", self.producer_id,
+                     self.producer_epoch)  # fmt: skip
+            return True
+        log.info("producer %d: epoch %d exhausted, getting a new producer id", self.producer_id,
+                 self.producer_epoch)  # fmt: skip
+        self.producer_id, self.producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        return False
 
     def _send_request(self, leader_id: int, batches: list[ProducerBatch]) -> None:
         with self._lock:
@@ -631,7 +664,7 @@ class Producer:
                 self._metadata.request_update()
         retriable = None
         if code in SEQUENCE_ERRORS and self.enable_idempotence:
-            retriable = self._accumulator.has_earlier_unacked(batch)  # the gap is being filled
+            retriable = self._sequence_error_retriable(batch, code)
         failure = self._accumulator.fail(batch.batch_id, ErrorCode(code) if code in _CODES else
                                          ErrorCode.UNKNOWN_SERVER_ERROR, message, now_ms,
                                          retriable)  # fmt: skip
@@ -639,6 +672,16 @@ class Producer:
             log.debug("retrying %s after %s", tp, message)
             return
         self._finish(failure.batch, NO_OFFSET, NO_TIMESTAMP, errors.error_for(failure.code, message))
+
+    def _sequence_error_retriable(self, batch: ProducerBatch, code: int) -> bool:
+        """Retry when an earlier batch fills the gap or a sequence reset will renumber this batch;
+        UNKNOWN_PRODUCER_ID with nothing earlier outstanding: the leader lost our state, reset."""
+        if self._accumulator.has_earlier_unacked(batch) or self._accumulator.sequence_reset_pending:
+            return True
+        if code == ErrorCode.UNKNOWN_PRODUCER_ID:
+            self._accumulator.request_sequence_reset()
+            return True
+        return False
 
     def _finish(
         self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int, error: Exception | None

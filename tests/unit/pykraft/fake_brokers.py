@@ -10,16 +10,21 @@ up to ``max_wait_ms``, and answers OFFSET_OUT_OF_RANGE outside ``[log_start_offs
 
 The fake has no replication: HW = log end offset. Tests steer it: ``move_leader`` (epoch bump),
 ``truncate`` (a new leader whose log diverged), ``inject`` (errors for the next produce calls).
+``FakeCluster(idempotent=True)`` answers InitProducerId (ids from 1000, epoch ``init_producer_epoch``)
+and checks idempotent batches with the broker's own rules (``broker.producer_state``); without it
+InitProducerId is UNIMPLEMENTED and a producer with idempotence by default turns it off.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
 
+from broker.producer_state import Duplicate, ProducerBatch, ProducerStateManager, Reject
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
 from proto.errors import ErrorCode
 from storage.batch_header import iter_batches, patch_offset_and_epoch
@@ -42,6 +47,7 @@ class FakePartition:
     replicas: list[int]
     batches: list[FakeBatch] = field(default_factory=list)
     injected: list[int] = field(default_factory=list)  # error codes for the next produces
+    producer_state: ProducerStateManager = field(default_factory=ProducerStateManager)
 
     @property
     def log_end_offset(self) -> int:
@@ -58,8 +64,11 @@ class FakePartition:
 
 
 class FakeCluster:
-    def __init__(self, broker_ids: tuple[int, ...] = (101, 102, 103)) -> None:
+    def __init__(self, broker_ids: tuple[int, ...] = (101, 102, 103), idempotent: bool = False) -> None:
         self.lock = threading.Condition()
+        self.idempotent = idempotent
+        self.producer_ids = itertools.count(1000)
+        self.init_producer_epoch = 0
         self.topics: dict[str, list[FakePartition]] = {}
         self.servers: dict[int, grpc.Server] = {}
         self.ports: dict[int, int] = {}
@@ -101,6 +110,7 @@ class FakeCluster:
         with self.lock:
             p = self.partition(topic, partition)
             p.batches = [b for b in p.batches if b.last_offset < offset]
+            p.producer_state.truncate_from(offset)
             assert p.log_end_offset == offset, "truncate on a batch boundary"
             p.leader_id, p.leader_epoch = new_leader, p.leader_epoch + 1
             self.lock.notify_all()
@@ -190,17 +200,40 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
             return broker_pb2.PartitionProduceResponse(
                 partition=data.partition, error=_error(code, "fake"), base_offset=-1, current_leader=hint
             )
+        batches = [
+            ProducerBatch(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta)
+            for _, h in iter_batches(data.records)
+        ]
+        verdict = p.producer_state.check_all(batches)
+        if isinstance(verdict, Duplicate):
+            return broker_pb2.PartitionProduceResponse(
+                partition=data.partition, base_offset=verdict.first_offset, log_append_time_ms=-1
+            )
+        if isinstance(verdict, Reject):
+            return broker_pb2.PartitionProduceResponse(
+                partition=data.partition, error=_error(verdict.code, verdict.message), base_offset=-1
+            )
         buf = bytearray(data.records)
         base = p.log_end_offset
         next_offset = base
-        for pos, header in list(iter_batches(bytes(buf))):
+        for (pos, header), batch in zip(list(iter_batches(bytes(buf))), batches, strict=True):
             patch_offset_and_epoch(buf, pos, next_offset, p.leader_epoch)
             end = pos + header.size_in_bytes
             last = next_offset + header.last_offset_delta
             p.batches.append(FakeBatch(next_offset, last, p.leader_epoch, bytes(buf[pos:end])))
+            p.producer_state.update(batch, next_offset, last, 0)
             next_offset = last + 1
         return broker_pb2.PartitionProduceResponse(
             partition=data.partition, base_offset=base, log_append_time_ms=-1
+        )
+
+    def InitProducerId(self, request, context):
+        if not self.cluster.idempotent:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "this fake cluster is not idempotent")
+        with self.cluster.lock:
+            producer_id = next(self.cluster.producer_ids)
+        return broker_pb2.InitProducerIdResponse(
+            producer_id=producer_id, producer_epoch=self.cluster.init_producer_epoch
         )
 
     def Fetch(self, request, context):

@@ -240,3 +240,48 @@ def test_record_exactly_at_max_request_size_is_accepted() -> None:
     acc.append(T0, None, value, (), 0, 0)
     with pytest.raises(MessageTooLargeError):
         accumulator(max_request_size=exact - 1).append(T0, None, value, (), 0, 0)
+
+
+def test_sequence_reset_waits_for_in_flight_then_renumbers_from_zero() -> None:
+    """Idempotence (KIP-360): a sequenced batch failing for good requests a reset; nothing is drained
+    until every in-flight batch is answered; then every partition restarts at sequence 0 and queued
+    retries lose their old base sequence."""
+    acc = accumulator(linger_ms=0, batch_size=100, max_in_flight_per_partition=5, idempotent=True)
+    for tp in (T0, T0, T0, T1):
+        acc.append(tp, None, b"v" * 60, (), 0, 0)
+    first = acc.drain(by_leader(acc), 0)
+    a, b = first[101][0], first[102][0]
+    [c] = acc.drain(by_leader(acc), 0)[101]
+    assert (a.base_sequence, c.base_sequence, b.base_sequence) == (0, 1, 0)
+    assert acc.fail(a.batch_id, ErrorCode.MESSAGE_TOO_LARGE, "too big", 1).action is FailureAction.FAIL
+    assert acc.sequence_reset_pending and not acc.sequence_reset_due()
+    assert acc.ready(1, leader_of).ready_leaders == frozenset() and acc.drain(by_leader(acc), 1) == {}
+    acc.fail(c.batch_id, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "gap", 1, retriable=True)
+    acc.complete(b.batch_id)
+    assert acc.sequence_reset_due()
+    acc.reset_sequences()
+    acc.invariants()
+    assert not acc.sequence_reset_pending and c.base_sequence == -1
+    drained = acc.drain(by_leader(acc), 200)[101]
+    assert [(x.batch_id, x.base_sequence) for x in drained] == [(c.batch_id, 0)]
+    acc.complete(c.batch_id)
+    [d] = acc.drain(by_leader(acc), 200)[101]
+    assert d.base_sequence == 1
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "plain"])
+def test_only_a_sequenced_batch_failing_requests_a_reset(idempotent: bool) -> None:
+    """A batch never drained has no sequence: its expiry leaves no hole. A sent one that expires in
+    the retry queue does (only when idempotent)."""
+    acc = accumulator(linger_ms=0, delivery_timeout_ms=1_000, retry_backoff_ms=5_000, idempotent=idempotent)
+    leaderless = TopicPartition("nobody", 0)
+    acc.append(leaderless, None, b"v", (), 0, 0)
+    assert [b.topic_partition for b in acc.expire(1_000)] == [leaderless]
+    assert not acc.sequence_reset_pending
+    acc.append(T0, None, b"v", (), 1_000, 1_000)
+    [sent] = acc.drain(by_leader(acc), 1_000)[101]
+    failure = acc.fail(sent.batch_id, ErrorCode.NOT_ENOUGH_REPLICAS, "retry", 1_001)
+    assert failure.action is FailureAction.RETRY
+    assert not acc.sequence_reset_pending
+    assert acc.expire(2_000) == [sent]
+    assert acc.sequence_reset_pending is idempotent

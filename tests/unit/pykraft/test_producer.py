@@ -278,3 +278,126 @@ def test_full_buffer_fails_send_after_max_block() -> None:
     finally:
         producer.close(1.0)
         fake.stop()
+
+
+# ---- idempotence: a batch that fails for good bumps the producer epoch (KIP-360) -----------------
+
+
+@pytest.fixture
+def idempotent_cluster() -> Iterator[FakeCluster]:
+    fake = FakeCluster(idempotent=True)
+    fake.create_topic(TOPIC, 3)
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def producer_fields(cluster: FakeCluster, partition: int) -> list[tuple[int, int, int, int]]:
+    """(producer id, producer epoch, base sequence, record count) of each batch in the fake's log."""
+    data = cluster.records_bytes(TOPIC, partition)
+    return [
+        (b.header.producer_id, b.header.producer_epoch, b.header.base_sequence, len(b.records))
+        for b in iter_batches(data)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("code", "retries"),
+    [(ErrorCode.MESSAGE_TOO_LARGE, 5), (ErrorCode.NOT_ENOUGH_REPLICAS, 0)],
+    ids=["non-retriable", "retries-exhausted"],
+)
+def test_failed_sequenced_batch_bumps_the_epoch(idempotent_cluster: FakeCluster, code: ErrorCode,
+                                                retries: int) -> None:  # fmt: skip
+    """KIP-360: a batch that got sequence 1 and then failed leaves a hole the broker would answer
+    OUT_OF_ORDER_SEQUENCE_NUMBER forever; the producer bumps its epoch and restarts at sequence 0."""
+    cluster = idempotent_cluster
+    with Producer(cluster.bootstrap, retries=retries, linger_ms=1, enable_idempotence=True) as producer:
+        assert producer.send(TOPIC, b"a", partition=0).result(TIMEOUT_S).offset == 0
+        cluster.inject(TOPIC, 0, [code])
+        with pytest.raises(errors.KafkaError) as raised:
+            producer.send(TOPIC, b"lost", partition=0).result(TIMEOUT_S)
+        assert raised.value.code == code
+        later = [producer.send(TOPIC, b"b%d" % i, partition=0) for i in range(20)]
+        other = producer.send(TOPIC, b"c", partition=1)
+        producer.flush(TIMEOUT_S)
+        assert [f.result(0).offset for f in later] == list(range(1, 21))
+        assert other.result(0).offset == 0
+        assert producer.producer_epoch == 1
+        pid = producer.producer_id
+    assert [v for _, _, v in logged(cluster, 0)] == [b"a"] + [b"b%d" % i for i in range(20)]
+    fields = producer_fields(cluster, 0)
+    assert fields[0] == (pid, 0, 0, 1)
+    sequence = 0
+    for producer_id, epoch, base_sequence, count in fields[1:]:  # the new epoch starts at sequence 0
+        assert (producer_id, epoch, base_sequence) == (pid, 1, sequence)
+        sequence += count
+    assert producer_fields(cluster, 1) == [(pid, 1, 0, 1)]
+
+
+def test_failure_among_five_in_flight_keeps_the_rest_once_and_in_order(
+    idempotent_cluster: FakeCluster,
+) -> None:
+    """One of several in-flight batches fails for good: the later ones (refused OUT_OF_ORDER_SEQUENCE
+    behind the hole) wait for the in-flight batches, are renumbered under the bumped epoch and land
+    exactly once, in send order."""
+    cluster = idempotent_cluster
+    cluster.inject(TOPIC, 0, [ErrorCode.NONE] * 3 + [ErrorCode.MESSAGE_TOO_LARGE])
+    with Producer(cluster.bootstrap, linger_ms=0, batch_size=100, retry_backoff_ms=5,
+                  max_in_flight_requests_per_connection=5, enable_idempotence=True) as producer:  # fmt: skip
+        futures = [producer.send(TOPIC, b"%03d" % i + b"." * 60, partition=0) for i in range(40)]
+        producer.flush(TIMEOUT_S)
+        failed = [i for i, f in enumerate(futures) if f.exception(0) is not None]
+        assert len(failed) == 1, failed
+        assert futures[failed[0]].exception(0).code == ErrorCode.MESSAGE_TOO_LARGE
+        assert producer.producer_epoch == 1
+    values = [v[:3] for _, _, v in logged(cluster, 0)]
+    assert values == [b"%03d" % i for i in range(40) if i != failed[0]]
+    offsets = {f.result(0).offset for i, f in enumerate(futures) if i != failed[0]}
+    assert offsets == set(range(39))
+
+
+def test_lost_producer_state_bumps_and_resends(idempotent_cluster: FakeCluster) -> None:
+    """UNKNOWN_PRODUCER_ID with no earlier batch outstanding (the leader's state expired, KIP-854):
+    the batch is not in the log; the producer bumps its epoch and sends it again at sequence 0."""
+    cluster = idempotent_cluster
+    with Producer(cluster.bootstrap, linger_ms=1, enable_idempotence=True) as producer:
+        assert producer.send(TOPIC, b"a", partition=2).result(TIMEOUT_S).offset == 0
+        assert producer.send(TOPIC, b"b", partition=2).result(TIMEOUT_S).offset == 1
+        with cluster.lock:
+            cluster.partition(TOPIC, 2).producer_state.clear()  # expired while the producer was idle
+        assert producer.send(TOPIC, b"c", partition=2).result(TIMEOUT_S).offset == 2
+        assert producer.producer_epoch == 1
+        pid = producer.producer_id
+    assert producer_fields(cluster, 2) == [(pid, 0, 0, 1), (pid, 0, 1, 1), (pid, 1, 0, 1)]
+
+
+def test_delivery_timeout_of_a_sequenced_batch_bumps_the_epoch(idempotent_cluster: FakeCluster) -> None:
+    """A batch that was sent, then waited for its retry past delivery.timeout.ms, fails with
+    REQUEST_TIMED_OUT; the next batch is not stuck behind its sequence."""
+    cluster = idempotent_cluster
+    cluster.inject(TOPIC, 0, [ErrorCode.NOT_ENOUGH_REPLICAS])
+    with Producer(cluster.bootstrap, linger_ms=1, retry_backoff_ms=5_000, delivery_timeout_ms=300,
+                  enable_idempotence=True) as producer:  # fmt: skip
+        with pytest.raises(errors.KafkaError) as raised:
+            producer.send(TOPIC, b"late", partition=0).result(TIMEOUT_S)
+        assert raised.value.code == ErrorCode.REQUEST_TIMED_OUT
+        assert producer.send(TOPIC, b"next", partition=0).result(TIMEOUT_S).offset == 0
+        assert producer.producer_epoch == 1
+    assert [v for _, _, v in logged(cluster, 0)] == [b"next"]
+
+
+def test_exhausted_epoch_gets_a_new_producer_id(idempotent_cluster: FakeCluster) -> None:
+    """At epoch 32767 (int16) there is no epoch to bump to: a new producer id from InitProducerId."""
+    cluster = idempotent_cluster
+    cluster.init_producer_epoch = 32_767
+    with Producer(cluster.bootstrap, linger_ms=1, enable_idempotence=True) as producer:
+        assert producer.send(TOPIC, b"a", partition=0).result(TIMEOUT_S).offset == 0
+        first_id = producer.producer_id
+        cluster.init_producer_epoch = 0
+        cluster.inject(TOPIC, 0, [ErrorCode.MESSAGE_TOO_LARGE])
+        with pytest.raises(errors.KafkaError):
+            producer.send(TOPIC, b"lost", partition=0).result(TIMEOUT_S)
+        assert producer.send(TOPIC, b"b", partition=0).result(TIMEOUT_S).offset == 1
+        assert (producer.producer_epoch, producer.producer_id != first_id) == (0, True)
+    assert producer_fields(cluster, 0) == [(first_id, 32_767, 0, 1), (producer.producer_id, 0, 0, 1)]
