@@ -48,6 +48,8 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", 1),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1),
     "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", 1),
+    # KIP-854: idle producers' dedup state is dropped after this long (broker.producer_state).
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
 }
 # Broker-wide defaults of topic configs (a topic's own setting wins).
 TOPIC_DEFAULT_KEYS = frozenset(
@@ -99,6 +101,7 @@ class BrokerSettings:
     controlled_shutdown_timeout_ms: int = 30_000
     log_retention_check_interval_ms: int = 300_000
     log_flush_scheduler_interval_ms: int = 1_000
+    producer_id_expiration_ms: int = 86_400_000  # Kafka's default: 1 day
     # Broker defaults of topic configs, as strings (Kafka's names), e.g. {"min.insync.replicas": "2"}.
     topic_defaults: tuple[tuple[str, str], ...] = ()
     advertised_listeners: str = ""  # HOST:PORT; "" = the listen address

@@ -179,6 +179,7 @@ class BrokerNode:
             fetchers=self.fetchers,
             send_alter_partition=self.send_alter_partition,
             on_deadline=self._wake_at,
+            producer_id_expiration_ms=settings.producer_id_expiration_ms,
         )
         self.fetchers.manager = self.manager
         self.metrics = BrokerMetrics(self.manager)

@@ -89,6 +89,7 @@ BROKER_KEYS = frozenset(
         "controlled.shutdown.timeout.ms",
         "log.retention.check.interval.ms",
         "log.flush.scheduler.interval.ms",
+        "producer.id.expiration.ms",
         "min.insync.replicas",
         "max.message.bytes",
         "segment.bytes",
