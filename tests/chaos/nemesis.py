@@ -1,0 +1,169 @@
+"""The nemesis: a seeded schedule of faults, each injected, held, healed and logged to the history.
+
+Fault kinds (``KINDS``); targets are chosen when the fault starts, from the cluster's state then:
+
+| kind | fault | heal |
+|---|---|---|
+| ``kill-leader`` | SIGKILL the leader of a random partition | restart it |
+| ``kill-controller`` | SIGKILL the active controller | restart it |
+| ``kill-leader-and-controller`` | both at once | restart both |
+| ``pause-leader`` | SIGSTOP a partition leader longer than the session timeout | SIGCONT |
+| ``pause-controller`` | SIGSTOP the active controller | SIGCONT |
+| ``isolate-leader`` | partition a leader from every other node | heal |
+| ``isolate-controller`` | partition the active controller from every other node | heal |
+| ``leader-from-controllers`` | cut a leader off the controllers only (followers reach it) | heal |
+| ``halves`` | split the six nodes into two random groups | heal |
+
+Each fault is an op ``fault`` (when injected) and an op ``heal`` (when healed), both with
+``{"kind", "nodes", "fault_s"}``. The seed fixes the kinds, durations and random choices; the
+*targets* depend on who leads at that moment, so two runs of a seed are alike, not identical.
+After each heal the nemesis waits (bounded) until every node is healthy, then stays quiet a moment.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pykraft.admin import AdminClient
+from tests.chaos.cluster import ChaosCluster
+from tests.chaos.history import OK, History
+
+KINDS = (
+    "kill-leader",
+    "kill-controller",
+    "kill-leader-and-controller",
+    "pause-leader",
+    "pause-controller",
+    "isolate-leader",
+    "isolate-controller",
+    "leader-from-controllers",
+    "halves",
+)
+FAULT_S = (3.0, 6.0)  # every fault lasts longer than broker.session.timeout.ms (2 s)
+QUIET_S = (1.0, 3.0)
+RECOVER_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: str
+    nodes: tuple[str, ...]
+    fault_s: float
+    pairs: tuple[tuple[str, str], ...] = ()
+
+
+class Nemesis(threading.Thread):
+    def __init__(self, cluster: ChaosCluster, history: History, topic: str, seed: int,
+                 kinds: tuple[str, ...] = KINDS) -> None:  # fmt: skip
+        super().__init__(name="chaos-nemesis", daemon=True)
+        self.cluster, self.history, self.topic = cluster, history, topic
+        self.rng = random.Random(seed)
+        self.kinds = kinds
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.admin = AdminClient(cluster.cluster.controller_addresses, timeout_s=20.0)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.wait(self.rng.uniform(*QUIET_S)):
+                self.once(self.plan(self.rng.choice(self.kinds)))
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.admin.close()
+
+    # ---- choosing targets ---------------------------------------------------------------------
+
+    def leader(self) -> str:
+        partitions = self.admin.describe_topics([self.topic])[0].partitions
+        leaders = [p.leader for p in partitions if p.leader > 0]
+        brokers = self.cluster.names("broker")
+        return f"broker-{self.rng.choice(leaders)}" if leaders else self.rng.choice(brokers)
+
+    def controller(self) -> str:
+        leader = self.admin.describe_quorum().leader_id
+        return f"controller-{leader}" if leader > 0 else self.rng.choice(self.cluster.names("controller"))
+
+    def plan(self, kind: str) -> Fault:
+        fault_s = self.rng.uniform(*FAULT_S)
+        others = self.cluster.names()
+        if kind in ("kill-leader", "pause-leader"):
+            return Fault(kind, (self.leader(),), fault_s)
+        if kind in ("kill-controller", "pause-controller"):
+            return Fault(kind, (self.controller(),), fault_s)
+        if kind == "kill-leader-and-controller":
+            return Fault(kind, (self.leader(), self.controller()), fault_s)
+        if kind in ("isolate-leader", "isolate-controller"):
+            node = self.leader() if kind == "isolate-leader" else self.controller()
+            return Fault(kind, (node,), fault_s, tuple((node, o) for o in others if o != node))
+        if kind == "leader-from-controllers":
+            node = self.leader()
+            return Fault(kind, (node,), fault_s, tuple((node, c) for c in self.cluster.names("controller")))
+        assert kind == "halves", f"unknown fault kind {kind!r}"
+        shuffled = self.rng.sample(others, len(others))
+        cut = self.rng.randint(2, len(others) - 2)
+        side_a, side_b = shuffled[:cut], shuffled[cut:]
+        return Fault(kind, tuple(side_a), fault_s, tuple((a, b) for a in side_a for b in side_b))
+
+    # ---- injecting and healing ----------------------------------------------------------------
+
+    def once(self, fault: Fault) -> None:
+        value = {"kind": fault.kind, "nodes": list(fault.nodes), "fault_s": round(fault.fault_s, 2)}
+        start = self.history.now()
+        apply(self.cluster, fault)
+        self.history.add("nemesis", "fault", OK, start, value)
+        self.stopping.wait(fault.fault_s)  # a stop request shortens the fault; it is healed all the same
+        start = self.history.now()
+        heal(self.cluster, fault)
+        self.history.add("nemesis", "heal", OK, start, value)
+        wait_recovered(self.cluster, self.stopping.is_set)
+
+
+def apply(cluster: ChaosCluster, fault: Fault) -> None:
+    if fault.pairs:
+        cluster.proxy.block(list(fault.pairs))
+    elif fault.kind.startswith("kill"):
+        for name in fault.nodes:
+            cluster.kill(name)
+    else:
+        assert fault.kind.startswith("pause"), fault
+        for name in fault.nodes:
+            cluster.pause(name)
+
+
+def heal(cluster: ChaosCluster, fault: Fault) -> None:
+    if fault.pairs:
+        cluster.proxy.heal()
+    elif fault.kind.startswith("kill"):
+        for name in fault.nodes:
+            cluster.restart(name)
+    else:
+        for name in fault.nodes:
+            cluster.resume(name)
+
+
+def heal_everything(cluster: ChaosCluster) -> None:
+    cluster.proxy.heal()
+    for name in cluster.names():
+        cluster.resume(name)
+        cluster.restart(name)
+
+
+def wait_recovered(cluster: ChaosCluster, give_up: Callable[[], bool] = lambda: False,
+                   timeout_s: float = RECOVER_TIMEOUT_S) -> bool:  # fmt: skip
+    """Until every node answers its health check (False after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cluster.all_healthy():
+            return True
+        if give_up():
+            return False
+        time.sleep(0.2)
+    return False

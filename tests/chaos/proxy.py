@@ -1,0 +1,202 @@
+"""A fault-injecting TCP proxy in front of every node's port: network partitions between chosen nodes.
+
+    python -m tests.chaos.proxy --data-dir D --route controller-1=41001:40001 --route broker-101=...
+
+Each ``--route NAME=PROXY_PORT:TARGET_PORT`` listens on ``127.0.0.1:PROXY_PORT`` and forwards to
+the node ``NAME`` on ``127.0.0.1:TARGET_PORT``. Nodes are configured to reach each other only through
+these ports (controllers' ``--voters``, brokers' ``--controllers`` and advertised listener), so every
+node-to-node connection passes here.
+
+**Who is connecting.** All connections come from 127.0.0.1, so the proxy finds the *process* that
+owns the other end: the accepted socket's peer port is looked up in ``/proc/net/tcp{,6}`` (local
+port = peer port, remote port = our port) to get the socket inode, and the inode among the open
+files of the processes whose command line holds ``--data-dir``'s path (``/proc/<pid>/fd``). The
+node name is read from that command line (``controller``/``broker`` and ``--node-id``). Anything
+else (the test's own clients) is ``client``.
+
+**Partitions.** A partition is a set of unordered node pairs. A connection between a blocked pair
+is *stalled*, not closed — like packets dropped by a firewall: bytes already read wait, nothing more
+is read (TCP backpressure), and a new connection is accepted but not forwarded. Requests time out at
+the application's deadlines. On heal the stalled bytes flow again (gRPC's HTTP/2 framing stays
+intact) and stalled new connections are connected. This is what ``iptables -j DROP`` does to a
+TCP connection, without root.
+
+Control: one JSON command per line on stdin, one JSON answer per line on stdout (``READY`` first):
+``{"cmd": "block", "pairs": [["broker-101", "controller-1"], ...]}`` replaces the blocked set;
+``{"cmd": "heal"}`` clears it; ``{"cmd": "connections"}`` counts live connections per
+``"src>dst"``. EOF on stdin stops the proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+CHUNK_BYTES = 65536
+CLIENT = "client"
+
+
+def parse_route(text: str) -> tuple[str, int, int]:
+    name, _, ports = text.partition("=")
+    listen, _, target = ports.partition(":")
+    return name, int(listen), int(target)
+
+
+class SourceFinder:
+    """Which node process owns the other end of a loopback TCP connection."""
+
+    def __init__(self, data_dir: str) -> None:
+        self._marker = data_dir.encode()
+        self._nodes: dict[int, str] = {}  # pid -> node name
+
+    def find(self, peer_port: int, proxy_port: int) -> str:
+        inode = _socket_inode(peer_port, proxy_port)
+        if inode is None:
+            return CLIENT
+        for rescan in (False, True):
+            if rescan:
+                self._nodes = _node_processes(self._marker)
+            for pid, name in list(self._nodes.items()):
+                if _owns(pid, inode):
+                    return name
+        return CLIENT
+
+
+def _socket_inode(local_port: int, remote_port: int) -> int | None:
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if (int(fields[1].rsplit(":", 1)[1], 16) == local_port
+                        and int(fields[2].rsplit(":", 1)[1], 16) == remote_port):  # fmt: skip
+                    return int(fields[9])
+    return None
+
+
+def _owns(pid: int, inode: int) -> bool:
+    target = f"socket:[{inode}]"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                return True
+    return False
+
+
+def _node_processes(marker: bytes) -> dict[int, str]:
+    nodes = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not any(marker in arg for arg in argv) or b"--node-id" not in argv:
+            continue
+        role = "controller" if b"controller" in argv else "broker"
+        nodes[int(entry)] = f"{role}-{argv[argv.index(b'--node-id') + 1].decode()}"
+    return nodes
+
+
+class FaultProxy:
+    def __init__(self, routes: list[tuple[str, int, int]], finder: SourceFinder) -> None:
+        self.routes = routes
+        self.finder = finder
+        self.blocked: set[frozenset[str]] = set()
+        self._changed = asyncio.Event()
+        self.live: Counter[str] = Counter()
+
+    def is_blocked(self, a: str, b: str) -> bool:
+        return frozenset((a, b)) in self.blocked
+
+    def set_blocked(self, pairs: list[list[str]]) -> None:
+        self.blocked = {frozenset(p) for p in pairs}
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def gate(self, a: str, b: str) -> None:
+        while self.is_blocked(a, b):
+            await self._changed.wait()
+
+    async def start(self) -> list[asyncio.Server]:
+        servers = []
+        for name, listen, target in self.routes:
+            async def handle(reader, writer, name=name, listen=listen, target=target) -> None:
+                await self.connection(reader, writer, name, listen, target)
+
+            servers.append(await asyncio.start_server(handle, "127.0.0.1", listen))
+        return servers
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         dst: str, listen: int, target: int) -> None:  # fmt: skip
+        src = self.finder.find(writer.get_extra_info("peername")[1], listen)
+        key = f"{src}>{dst}"
+        self.live[key] += 1
+        try:
+            await self.gate(src, dst)
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
+            except OSError:
+                return
+            await asyncio.gather(
+                self.pipe(reader, up_writer, src, dst), self.pipe(up_reader, writer, src, dst)
+            )
+        finally:
+            self.live[key] -= 1
+            writer.close()
+
+    async def pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   src: str, dst: str) -> None:  # fmt: skip
+        try:
+            while data := await reader.read(CHUNK_BYTES):
+                await self.gate(src, dst)
+                writer.write(data)
+                await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    def command(self, line: str) -> dict:
+        cmd = json.loads(line)
+        if cmd["cmd"] == "block":
+            self.set_blocked(cmd["pairs"])
+        elif cmd["cmd"] == "heal":
+            self.set_blocked([])
+        elif cmd["cmd"] == "connections":
+            return {"ok": True, "connections": {k: n for k, n in self.live.items() if n}}
+        else:
+            return {"ok": False, "error": f"unknown command {cmd['cmd']!r}"}
+        return {"ok": True, "blocked": sorted(sorted(p) for p in self.blocked)}
+
+
+async def main(args: argparse.Namespace) -> None:
+    proxy = FaultProxy([parse_route(r) for r in args.route], SourceFinder(str(args.data_dir)))
+    servers = await proxy.start()
+    loop = asyncio.get_running_loop()
+    stdin = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    print("READY", flush=True)
+    while line := await stdin.readline():
+        if line.strip():
+            print(json.dumps(proxy.command(line.decode())), flush=True)
+    for server in servers:
+        server.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--route", action="append", default=[], metavar="NAME=PROXY_PORT:TARGET_PORT")
+    asyncio.run(main(parser.parse_args()))

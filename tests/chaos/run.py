@@ -1,0 +1,245 @@
+"""Run the chaos harness: cluster + workload + nemesis, then heal, read everything back and check.
+
+    .venv/bin/python -m tests.chaos.run --duration 600 --write-results   # the long run (~12 min)
+    .venv/bin/python -m tests.chaos.run --duration 60 --seed 7            # a short one
+
+Phases: start 3 controllers + 3 brokers behind the proxy (``tests.chaos.cluster``); create the
+topic (RF=3, ``min.insync.replicas=2``); start producers, consumers and the admin
+(``tests.chaos.workload``); run the nemesis (``tests.chaos.nemesis``) for ``--duration`` seconds while
+the admin creates topics and adds a partition; heal everything, restart what is down and wait until
+the cluster is whole; stop the writers; read every partition from its log start to its HW (the
+*final read*); check the history (``tests.chaos.checker``) and print the table
+(``tests.chaos.report``). ``--write-results`` puts the table into ``bench/RESULTS.md``'s
+``## chaos`` section. Exit status 1 when an anomaly (or a harness problem) was found; the history
+is kept as JSON lines (``--history``) for replaying the checker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pykraft.consumer import Consumer
+from pykraft.types import TopicPartition
+from tests.chaos import report
+from tests.chaos.checker import CheckResult, check
+from tests.chaos.checker import report as anomaly_report
+from tests.chaos.cluster import ChaosCluster, chaos_cluster
+from tests.chaos.history import FAIL, OK, History, Op
+from tests.chaos.nemesis import KINDS, Nemesis, heal_everything, wait_recovered
+from tests.chaos.workload import AdminWorker, ConsumerWorker, ProducerWorker, TopicState
+from tests.integration.broker.broker_cluster import wait_for
+
+TOPIC = "chaos"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "RESULTS.md"
+FINAL_READ_TIMEOUT_S = 90.0
+JOIN_TIMEOUT_S = 60.0
+Schedule = Callable[[ChaosCluster, History, str, Callable[[], int]], None]
+
+
+@dataclass
+class RunConfig:
+    duration_s: float = 90.0
+    seed: int = 1
+    producers: int = 3
+    consumers: int = 2
+    partitions: int = 3
+    rate_per_s: float = 40.0  # per producer
+    kinds: tuple[str, ...] = KINDS
+    topic_configs: dict[str, str] = field(default_factory=lambda: {"min.insync.replicas": "2"})
+    overrides: dict[str, str] = field(default_factory=dict)
+    admin_ops: bool = True
+    schedule: Schedule | None = None  # a scripted nemesis instead of the seeded one
+
+
+@dataclass
+class RunResult:
+    history: list[Op]
+    check: CheckResult
+    figures: dict
+    problems: list[str]
+    seconds: float
+
+    def table(self, title: str) -> str:
+        return report.table(self.figures, self.check, title)
+
+    @property
+    def ok(self) -> bool:
+        return self.check.valid and not self.problems
+
+    def explain(self) -> str:
+        parts = [f"harness problem: {p}" for p in self.problems]
+        if not self.check.valid:
+            parts.append(anomaly_report(self.history, self.check))
+        return "\n".join(parts)
+
+
+def run_chaos(data_dir: Path, config: RunConfig, log: Callable[[str], None] = print) -> RunResult:
+    started = time.monotonic()
+    history = History()
+    problems: list[str] = []
+    with chaos_cluster(data_dir, **config.overrides) as cluster:
+        log(f"cluster up in {time.monotonic() - started:.0f} s; bootstrap {cluster.bootstrap}")
+        configs = {k.replace(".", "_"): v for k, v in config.topic_configs.items()}
+        cluster.create_topic(TOPIC, partitions=config.partitions, **configs)
+        check_proxy_sees_nodes(cluster)
+        topic = TopicState(TOPIC, config.partitions)
+        producers = [ProducerWorker(i, history, cluster.bootstrap, topic, config.rate_per_s)
+                     for i in range(config.producers)]  # fmt: skip
+        consumers = [ConsumerWorker(i, history, cluster.bootstrap, topic) for i in range(config.consumers)]
+        admin = AdminWorker(history, cluster.cluster.controller_addresses)
+        workers = [*producers, *consumers, admin]
+        for w in workers:
+            w.start()
+        try:
+            acked = lambda: sum(1 for op in history.ops() if op.f == "send" and op.type == OK)  # noqa: E731
+            wait_for(lambda: acked() >= 10, 60, "the first acknowledged writes")
+            log(f"workload running; faults for {config.duration_s:.0f} s")
+            if config.schedule is not None:
+                config.schedule(cluster, history, TOPIC, acked)
+            else:
+                run_nemesis(cluster, history, config, admin, topic, problems)
+            heal_everything(cluster)
+            if not wait_recovered(cluster):
+                problems.append("the cluster did not become healthy within 60 s after the last heal")
+            more = acked() + 20
+            wait_for(lambda: acked() >= more, 60, "writes acknowledged after the heal")
+        finally:
+            for w in workers:
+                w.stop()
+            for w in workers:
+                w.join(JOIN_TIMEOUT_S)
+        problems += [f"{w.process} failed: {w.error!r}" for w in workers if w.error is not None]
+        problems += [f"{w.process} did not stop" for w in workers if w.is_alive()]
+        log("writers stopped; final read")
+        problems += final_read(cluster, history, topic)
+    ops = history.ops()
+    return RunResult(ops, check(ops), report.figures(ops, TOPIC), problems, time.monotonic() - started)
+
+
+def check_proxy_sees_nodes(cluster: ChaosCluster) -> None:
+    """Partitions work only if the proxy attributes connections to nodes: brokers dial controllers."""
+
+    def attributed() -> bool:
+        keys = cluster.proxy.connections()
+        return any(k.startswith("broker-") and ">controller-" in k for k in keys) and any(
+            k.startswith("controller-") and ">controller-" in k for k in keys
+        )
+
+    try:
+        wait_for(attributed, 30, "the proxy to attribute node-to-node connections")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; it sees {cluster.proxy.connections()}") from None
+
+
+def run_nemesis(cluster: ChaosCluster, history: History, config: RunConfig, admin: AdminWorker,
+                topic: TopicState, problems: list[str]) -> None:  # fmt: skip
+    nemesis = Nemesis(cluster, history, TOPIC, config.seed, config.kinds)
+    nemesis.start()
+    start = time.monotonic()
+    admin_plan = [(0.3, "create-topic", 1), (0.5, "add-partitions", 0), (0.7, "create-topic", 2)]
+    while (elapsed := time.monotonic() - start) < config.duration_s:
+        if config.admin_ops and admin_plan and elapsed >= admin_plan[0][0] * config.duration_s:
+            _, f, n = admin_plan.pop(0)
+            submit_admin(admin, f, n, topic)
+        time.sleep(0.2)
+    nemesis.stop()
+    nemesis.join(JOIN_TIMEOUT_S + 30)
+    if nemesis.error is not None:
+        problems.append(f"the nemesis failed: {nemesis.error!r}")
+    if nemesis.is_alive():
+        problems.append("the nemesis did not stop")
+
+
+def submit_admin(admin: AdminWorker, f: str, n: int, topic: TopicState) -> None:
+    if f == "create-topic":
+        name = f"{TOPIC}-extra-{n}"
+
+        def create(client) -> None:
+            client.create_topic(name, num_partitions=1, replication_factor=3,
+                                configs={"min.insync.replicas": "2"})  # fmt: skip
+
+        admin.submit(f, {"topic": name, "partitions": 1}, create)
+        return
+    count = topic.count() + 1
+
+    def grow(client) -> None:
+        (result,) = client.create_partitions({topic.name: count})
+        if result.error is not None:
+            raise result.error
+        topic.grow(count)
+
+    admin.submit(f, {"topic": topic.name, "partitions": count}, grow)
+
+
+def final_read(cluster: ChaosCluster, history: History, topic: TopicState) -> list[str]:
+    """Every partition from its log start to its HW; one ``final-read`` op per partition."""
+    problems = []
+    for partition in range(topic.count()):
+        start = history.now()
+        try:
+            leader = cluster.leader(topic.name, partition, timeout_s=60)
+            hw = cluster.high_watermark(leader, topic.name, partition)
+            records = read_partition(cluster.bootstrap, TopicPartition(topic.name, partition), hw)
+        except (AssertionError, Exception) as exc:
+            value = {"topic": topic.name, "partition": partition, "high_watermark": -1, "records": []}
+            history.add("final", "final-read", FAIL, start, value, error=repr(exc))
+            problems.append(f"final read of {topic.name}-{partition} failed: {exc!r}")
+            continue
+        value = {"topic": topic.name, "partition": partition, "high_watermark": hw, "records": records}
+        history.add("final", "final-read", OK, start, value)
+    return problems
+
+
+def read_partition(bootstrap: str, tp: TopicPartition, high_watermark: int) -> list[list]:
+    records: list[list] = []
+    deadline = time.monotonic() + FINAL_READ_TIMEOUT_S
+    with Consumer(bootstrap, auto_offset_reset="earliest", request_timeout_ms=5000, max_poll_records=5000,
+                  retry_backoff_ms=100) as consumer:  # fmt: skip
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        while consumer.position(tp) < high_watermark:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{tp}: read up to {consumer.position(tp)} of HW {high_watermark} "
+                    f"in {FINAL_READ_TIMEOUT_S} s"
+                )
+            records += [[r.offset, (r.value or b"").decode()] for r in consumer.poll(500)]
+    return [r for r in records if r[0] < high_watermark]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=90.0, help="seconds of faults (default 90)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument("--history", type=Path, default=None, help="write the history here (JSON lines)")
+    parser.add_argument("--write-results", action="store_true", help="write the table to bench/RESULTS.md")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        data_dir = args.data_dir or Path(tmp)
+        result = run_chaos(data_dir, RunConfig(duration_s=args.duration, seed=args.seed))
+    if args.history:
+        args.history.write_text("".join(op.to_json() + "\n" for op in result.history))
+    title = f"{args.duration:.0f} s of faults, seed {args.seed} ({result.seconds:.0f} s in all)"
+    body = result.table(title)
+    print(body)
+    if not result.ok:
+        print(result.explain(), file=sys.stderr)
+    if args.write_results:
+        command = f"--duration {args.duration:.0f} --seed {args.seed} --write-results"
+        note = (f"Run with `.venv/bin/python -m tests.chaos.run {command}` on a shared 2-core machine "
+                f"({platform.python_version()}). What each row means: docs/chaos.md.\n\n")  # fmt: skip
+        failed = "" if result.ok else "\n**FAILED**:\n\n```\n" + result.explain()[:3000] + "\n```\n"
+        report.write_section(RESULTS, note + body + failed)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The chaos workload: idempotent producers, consumers and an admin, each a thread writing to the history.
+
+- **Producers** (``producer-N``): one ``pykraft.Producer`` each (``acks=all``, idempotent), writing
+  unique values ``pN-SEQ`` round-robin over the topic's partitions, at most ``OUTSTANDING_PER_PARTITION``
+  unacknowledged per partition (so that a stalled partition does not stall the others), at a bounded
+  rate. Each send becomes an op when its future resolves: ``ok`` with its offset, ``info`` on any
+  error (with retries until ``delivery_timeout_ms`` the outcome of a failed idempotent send is
+  unknown), ``fail`` when ``send`` itself refused the record. A producer whose topic gained partitions
+  is replaced by a new one (``pykraft.Producer`` keeps the partition count it first learned).
+- **Consumers** (``consumer-N``): ``Consumer.assign`` over every partition of the topic, polling;
+  every non-empty poll is an op, a new assignment (the topic grew) starts a new generation, and every
+  ``LogTruncation`` the consumer reports is a ``truncation`` op.
+- **Admin** (``admin``): creates topics and adds partitions when the run asks it to.
+
+Every wait is bounded; ``stop()`` then ``join()`` ends the threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pykraft.admin import AdminClient
+from pykraft.consumer import Consumer
+from pykraft.producer import Producer
+from pykraft.types import ConsumerRecord, RecordMetadata, TopicPartition
+from tests.chaos.history import FAIL, INFO, OK, History
+
+OUTSTANDING_PER_PARTITION = 8
+CLOSE_TIMEOUT_S = 20.0
+POLL_MS = 300
+REPLACE_AFTER_S = 2.0
+
+
+@dataclass
+class TopicState:
+    """The topic the workload writes, and its partition count as the admin last changed it."""
+
+    name: str
+    partitions: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self) -> int:
+        with self.lock:
+            return self.partitions
+
+    def grow(self, partitions: int) -> None:
+        with self.lock:
+            self.partitions = max(self.partitions, partitions)
+
+
+class Worker(threading.Thread):
+    def __init__(self, name: str, history: History) -> None:
+        super().__init__(name=f"chaos-{name}", daemon=True)
+        self.process = name
+        self.history = history
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as exc:  # reported by the harness: a worker must not die silently
+            self.error = exc
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
+class ProducerWorker(Worker):
+    def __init__(self, index: int, history: History, bootstrap: str, topic: TopicState,
+                 rate_per_s: float) -> None:  # fmt: skip
+        super().__init__(f"producer-{index}", history)
+        self.bootstrap, self.topic, self.rate_per_s = bootstrap, topic, rate_per_s
+        self.seq = 0
+        self.outstanding: dict[int, int] = {}
+        self.lock = threading.Lock()
+        self.attempted = 0
+
+    def work(self) -> None:
+        producer, partitions = self.new_producer()
+        interval_s = 1.0 / self.rate_per_s
+        next_at = replaced_at = time.monotonic()
+        turn = 0
+        try:
+            while not self.stopping.is_set():
+                if self.topic.count() > partitions and time.monotonic() - replaced_at > REPLACE_AFTER_S:
+                    # The topic grew: a new producer learns the new partition count.
+                    producer, partitions = self.new_producer(producer)
+                    replaced_at = time.monotonic()
+                partition = turn % partitions
+                turn += 1
+                with self.lock:
+                    busy = self.outstanding.get(partition, 0) >= OUTSTANDING_PER_PARTITION
+                if busy:
+                    self.stopping.wait(0.005)
+                    continue
+                self.send(producer, partition)
+                next_at = max(next_at + interval_s, time.monotonic() - 1.0)  # no burst after a stall
+                self.stopping.wait(max(0.0, next_at - time.monotonic()))
+        finally:
+            producer.close(CLOSE_TIMEOUT_S)
+
+    def new_producer(self, old: Producer | None = None) -> tuple[Producer, int]:
+        """A producer and the partition count it learned (a new partition may not be known yet)."""
+        if old is not None:
+            old.close(CLOSE_TIMEOUT_S)
+        producer = Producer(self.bootstrap, acks="all", linger_ms=5, request_timeout_ms=5000,
+                            delivery_timeout_ms=60_000, retry_backoff_ms=100, max_block_ms=10_000,
+                            metadata_max_age_ms=2000)  # fmt: skip
+        try:
+            return producer, min(self.topic.count(), len(producer.partitions_for(self.topic.name)))
+        except Exception:
+            producer.close(CLOSE_TIMEOUT_S)
+            raise
+
+    def send(self, producer: Producer, partition: int) -> None:
+        value = f"p{self.process.removeprefix('producer-')}-{self.seq}"
+        self.seq += 1
+        start = self.history.now()
+        entry = {"topic": self.topic.name, "partition": partition, "value": value, "offset": -1}
+        self.attempted += 1
+        with self.lock:
+            self.outstanding[partition] = self.outstanding.get(partition, 0) + 1
+
+        def done(metadata: RecordMetadata | None, error: Exception | None) -> None:
+            with self.lock:
+                self.outstanding[partition] -= 1
+            if error is None and metadata is not None:
+                self.history.add(self.process, "send", OK, start, {**entry, "offset": metadata.offset})
+            else:
+                self.history.add(self.process, "send", INFO, start, entry, error=repr(error))
+
+        try:
+            producer.send(self.topic.name, value.encode(), partition=partition, on_delivery=done)
+        except Exception as exc:
+            with self.lock:
+                self.outstanding[partition] -= 1
+            self.history.add(self.process, "send", FAIL, start, entry, error=repr(exc))
+
+
+class ConsumerWorker(Worker):
+    """Assigned partitions (no group): every partition of the topic, from the beginning."""
+
+    def __init__(self, index: int, history: History, bootstrap: str, topic: TopicState) -> None:
+        super().__init__(f"consumer-{index}", history)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.generation = -1
+        self.polled = 0
+
+    def work(self) -> None:
+        consumer = Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                            request_timeout_ms=5000, retry_backoff_ms=100,
+                            metadata_max_age_ms=2000)  # fmt: skip
+        with consumer:
+            partitions = 0
+            truncations = 0
+            while not self.stopping.is_set():
+                if self.topic.count() != partitions:
+                    partitions = self.topic.count()
+                    self.assign(consumer, partitions)
+                start = self.history.now()
+                try:
+                    records = consumer.poll(POLL_MS)
+                except Exception as exc:  # a poll that failed: recorded, and the consumer goes on
+                    value = {"generation": self.generation, "records": []}
+                    self.history.add(self.process, "poll", FAIL, start, value, error=repr(exc))
+                    self.stopping.wait(0.1)
+                    continue
+                if records:
+                    self.record_poll(start, records)
+                for t in consumer.truncations[truncations:]:
+                    value = {"topic": t.topic_partition.topic, "partition": t.topic_partition.partition,
+                             "position": t.position, "divergent_offset": t.divergent_offset}  # fmt: skip
+                    self.history.add(self.process, "truncation", OK, start, value)
+                truncations = len(consumer.truncations)
+
+    def assign(self, consumer: Consumer, partitions: int) -> None:
+        self.generation += 1
+        start = self.history.now()
+        tps = [TopicPartition(self.topic.name, p) for p in range(partitions)]
+        consumer.assign(tps)
+        value = {"generation": self.generation, "partitions": [[tp.topic, tp.partition] for tp in tps]}
+        self.history.add(self.process, "assign", OK, start, value)
+
+    def record_poll(self, start: float, records: list[ConsumerRecord]) -> None:
+        self.polled += len(records)
+        rows = [[r.topic, r.partition, r.offset, (r.value or b"").decode()] for r in records]
+        self.history.add(self.process, "poll", OK, start, {"generation": self.generation, "records": rows})
+
+
+class AdminWorker(Worker):
+    """Runs the admin operations the run schedules (``submit``), one at a time."""
+
+    def __init__(self, history: History, controllers: str) -> None:
+        super().__init__("admin", history)
+        self.controllers = controllers
+        self.queue: list[tuple[str, dict, Callable[[AdminClient], None]]] = []
+        self.lock = threading.Lock()
+
+    def submit(self, f: str, value: dict, action: Callable[[AdminClient], None]) -> None:
+        with self.lock:
+            self.queue.append((f, value, action))
+
+    def work(self) -> None:
+        with AdminClient(self.controllers, timeout_s=20.0) as admin:
+            while not self.stopping.is_set():
+                with self.lock:
+                    task = self.queue.pop(0) if self.queue else None
+                if task is None:
+                    self.stopping.wait(0.1)
+                    continue
+                f, value, action = task
+                start = self.history.now()
+                try:
+                    action(admin)
+                except Exception as exc:
+                    self.history.add(self.process, f, INFO, start, value, error=repr(exc))
+                else:
+                    self.history.add(self.process, f, OK, start, value)
