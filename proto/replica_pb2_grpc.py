@@ -44,6 +44,14 @@ class ReplicaServiceStub:
     3. otherwise records the follower's log end offset (= fetch_offset) for the HW and the ISR, and
     answers records from fetch_offset up to its log end offset, with its HW and log start offset.
 
+
+    FetchStream is the same exchange on one long-lived stream per (follower, leader) pair, which is what
+    followers use: the follower writes a request, the leader writes its answer (parked exactly like a
+    Fetch), one request outstanding at a time, answers in order. It saves the per-call set-up of a
+    unary call (~half the CPU and round-trip time of a Fetch here), which is paid on every acks=all
+    produce. After any error or timeout the follower drops the stream and opens a new one, so a late
+    answer can never be taken for the answer to a later request.
+
     """
 
     def __init__(self, channel):
@@ -54,6 +62,11 @@ class ReplicaServiceStub:
         """
         self.Fetch = channel.unary_unary(
                 '/pykraft.replica.ReplicaService/Fetch',
+                request_serializer=proto_dot_replica__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=proto_dot_replica__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
+        self.FetchStream = channel.stream_stream(
+                '/pykraft.replica.ReplicaService/FetchStream',
                 request_serializer=proto_dot_replica__pb2.ReplicaFetchRequest.SerializeToString,
                 response_deserializer=proto_dot_replica__pb2.ReplicaFetchResponse.FromString,
                 _registered_method=True)
@@ -82,9 +95,23 @@ class ReplicaServiceServicer:
     3. otherwise records the follower's log end offset (= fetch_offset) for the HW and the ISR, and
     answers records from fetch_offset up to its log end offset, with its HW and log start offset.
 
+
+    FetchStream is the same exchange on one long-lived stream per (follower, leader) pair, which is what
+    followers use: the follower writes a request, the leader writes its answer (parked exactly like a
+    Fetch), one request outstanding at a time, answers in order. It saves the per-call set-up of a
+    unary call (~half the CPU and round-trip time of a Fetch here), which is paid on every acks=all
+    produce. After any error or timeout the follower drops the stream and opens a new one, so a late
+    answer can never be taken for the answer to a later request.
+
     """
 
     def Fetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchStream(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -101,6 +128,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
+                    request_deserializer=proto_dot_replica__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=proto_dot_replica__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+            'FetchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.FetchStream,
                     request_deserializer=proto_dot_replica__pb2.ReplicaFetchRequest.FromString,
                     response_serializer=proto_dot_replica__pb2.ReplicaFetchResponse.SerializeToString,
             ),
@@ -135,6 +167,14 @@ class ReplicaService:
     3. otherwise records the follower's log end offset (= fetch_offset) for the HW and the ISR, and
     answers records from fetch_offset up to its log end offset, with its HW and log start offset.
 
+
+    FetchStream is the same exchange on one long-lived stream per (follower, leader) pair, which is what
+    followers use: the follower writes a request, the leader writes its answer (parked exactly like a
+    Fetch), one request outstanding at a time, answers in order. It saves the per-call set-up of a
+    unary call (~half the CPU and round-trip time of a Fetch here), which is paid on every acks=all
+    produce. After any error or timeout the follower drops the stream and opens a new one, so a late
+    answer can never be taken for the answer to a later request.
+
     """
 
     @staticmethod
@@ -152,6 +192,33 @@ class ReplicaService:
             request,
             target,
             '/pykraft.replica.ReplicaService/Fetch',
+            proto_dot_replica__pb2.ReplicaFetchRequest.SerializeToString,
+            proto_dot_replica__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/pykraft.replica.ReplicaService/FetchStream',
             proto_dot_replica__pb2.ReplicaFetchRequest.SerializeToString,
             proto_dot_replica__pb2.ReplicaFetchResponse.FromString,
             options,
