@@ -9,15 +9,18 @@ batches. The topic must hold each record exactly once, in send order per partiti
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from proto.errors import ErrorCode
 from pykraft.consumer import Consumer
 from pykraft.producer import Producer
 from pykraft.types import ConsumerRecord, RecordMetadata, TopicPartition
-from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster
+from storage.record_batch import build_batch
+from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -92,6 +95,47 @@ def test_dropped_answers_and_leader_sigkill_write_each_record_once(
     by_position = {(r.partition, r.offset): int(r.value) for r in records}
     for i, metadata in acked:
         assert by_position[(metadata.partition, metadata.offset)] == i, f"record {i} not at its acked offset"
+
+
+def test_idle_producer_state_expires_and_the_producer_carries_on(tmp_path: Path) -> None:
+    """KIP-854 on a real broker started with ``producer.id.expiration.ms=3000``: a producer whose every
+    batch is retried (first answer dropped) over 1.5 x the expiration is never treated as new; once
+    idle, its state is gone no earlier than 3 s after its last batch (a gap probe turns from
+    OUT_OF_ORDER_SEQUENCE_NUMBER into UNKNOWN_PRODUCER_ID); its next record is then sent under a
+    bumped epoch from sequence 0 (KIP-360). The log holds every record once, in order."""
+    expiration_ms = 3000
+    with running_cluster(tmp_path, brokers=1, **{"producer.id.expiration.ms": str(expiration_ms)}) as bc:
+        topic = "expiring"
+        bc.create_topic(topic, partitions=1, rf=1, min_insync_replicas="1")
+        leader = bc.leader(topic)
+        producer = Producer(
+            bc.cluster.bootstrap, linger_ms=1, retry_backoff_ms=20, request_timeout_ms=2000,
+            delivery_timeout_ms=expiration_ms - 500, enable_idempotence=True, test_drop_first_response=True,
+        )  # fmt: skip
+        try:
+            sent, started = 0, time.monotonic()
+            while time.monotonic() - started < 1.5 * expiration_ms / 1000:  # live: one batch every 0.5 s
+                last_send_ms = time.time() * 1000  # the broker's last append of us is later than this
+                producer.send(topic, b"%d" % sent, partition=0).result(TIMEOUT_S)
+                sent += 1
+                time.sleep(0.5)  # pacing the workload, not waiting for a condition
+            epoch = producer.producer_epoch
+
+            def probe() -> ErrorCode:
+                records = build_batch([(None, b"probe", (), 0)], producer_id=producer.producer_id,
+                                      producer_epoch=epoch, base_sequence=sent + 10)  # fmt: skip
+                return bc.produce_raw(leader, topic, records, acks=1).code
+
+            assert probe() == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            wait_for(lambda: probe() == ErrorCode.UNKNOWN_PRODUCER_ID, 30, "the idle producer's expiry", 0.1)
+            idle_ms = time.time() * 1000 - last_send_ms
+            assert idle_ms >= expiration_ms, f"expired after only {idle_ms:.0f} ms idle"
+            after = producer.send(topic, b"after", partition=0).result(TIMEOUT_S)
+            assert (producer.producer_epoch, after.offset) == (epoch + 1, sent)
+        finally:
+            producer.close(5.0)
+        values = [v for _, v in bc.read_all(leader, topic)]
+        assert values == [b"%d" % i for i in range(sent)] + [b"after"]
 
 
 def test_idempotence_requires_acks_all() -> None:
