@@ -15,8 +15,9 @@ Fault kinds (``KINDS``); targets are chosen when the fault starts, from the clus
 | ``halves`` | split the six nodes into two random groups | heal |
 
 Each fault is an op ``fault`` (when injected) and an op ``heal`` (when healed), both with
-``{"kind", "nodes", "fault_s"}``. The seed fixes the kinds, durations and random choices; the
-*targets* depend on who leads at that moment, so two runs of a seed are alike, not identical.
+``{"kind", "nodes", "fault_s"}``. Kinds come in rounds (each once per round, in a seeded order).
+The seed fixes the kinds, durations and random choices; the *targets* depend on who leads at
+that moment, so two runs of a seed are alike, not identical.
 After each heal the nemesis waits (bounded) until every node is healthy, then stays quiet a moment.
 """
 
@@ -72,8 +73,10 @@ class Nemesis(threading.Thread):
 
     def run(self) -> None:
         try:
+            order: list[str] = []
             while not self.stopping.wait(self.rng.uniform(*QUIET_S)):
-                self.once(self.plan(self.rng.choice(self.kinds)))
+                order = order or self.rng.sample(self.kinds, len(self.kinds))  # each kind once per round
+                self.once(self.plan(order.pop()))
         except BaseException as exc:
             self.error = exc
         finally:
@@ -167,3 +170,46 @@ def wait_recovered(cluster: ChaosCluster, give_up: Callable[[], bool] = lambda: 
             return False
         time.sleep(0.2)
     return False
+
+
+# ---- the negative control: a schedule that forces an unclean leader election ----------------------
+
+STEP_TIMEOUT_S = 60.0
+
+
+def force_unclean_election(cluster: ChaosCluster, history: History, topic: str,
+                           acked: Callable[[], int]) -> None:  # fmt: skip
+    """Make an out-of-sync replica the only live one of partition 0, so that it leads uncleanly.
+
+    1. SIGKILL a follower F; wait until the ISR is the other two (F is out of sync from then on).
+    2. Wait for writes acknowledged by that ISR: F lacks them.
+    3. SIGKILL both ISR members, restart F: with ``unclean.leader.election.enable=true`` the
+       controller makes F the leader (ISR = {F}); without it the partition would stay offline.
+    4. Restart the other two: they truncate their logs to F's by leader epoch. The writes of step 2
+       were acknowledged and are gone — the checker must say so.
+    """
+    info = cluster.describe(topic, 0)
+    follower = f"broker-{next(r for r in info.replicas if r != info.leader)}"
+    in_sync = [f"broker-{r}" for r in info.replicas if f"broker-{r}" != follower]
+    _step(history, "kill-follower", [follower], lambda: cluster.kill(follower))
+    cluster.wait_isr(topic, {int(n.split("-")[1]) for n in in_sync}, timeout_s=STEP_TIMEOUT_S)
+    target = acked() + 30
+    _wait(lambda: acked() >= target, "writes acknowledged without the follower")
+    _step(history, "kill-isr", in_sync, lambda: [cluster.kill(n) for n in in_sync])
+    _step(history, "restart-out-of-sync", [follower], lambda: cluster.restart(follower))
+    _wait(lambda: cluster.describe(topic, 0).leader == int(follower.split("-")[1]),
+          f"{follower} to lead uncleanly")  # fmt: skip
+    _step(history, "restart-isr", in_sync, lambda: [cluster.restart(n) for n in in_sync])
+
+
+def _step(history: History, kind: str, nodes: list[str], action: Callable[[], object]) -> None:
+    start = history.now()
+    action()
+    history.add("nemesis", "fault", OK, start, {"kind": kind, "nodes": nodes, "fault_s": 0.0})
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"negative control: timed out waiting for {what}"
+        time.sleep(0.1)
