@@ -285,3 +285,16 @@ def test_only_a_sequenced_batch_failing_requests_a_reset(idempotent: bool) -> No
     assert not acc.sequence_reset_pending
     assert acc.expire(2_000) == [sent]
     assert acc.sequence_reset_pending is idempotent
+
+
+def test_base_sequence_wraps_past_int32_max_like_kafka() -> None:
+    """KIP-98: sequences are int32 and wrap to 0 (Kafka's incrementSequence); the batch after one
+    ending at INT32_MAX starts at 0. (2^31 records are not sent: the counter is set near the end.)"""
+    acc = accumulator(linger_ms=0, batch_size=150, idempotent=True)
+    acc._next_record_sequence[T0] = 2**31 - 2
+    for _ in range(4):  # two records per batch
+        acc.append(T0, None, b"v" * 30, (), 0, 0)
+    [first] = acc.drain(by_leader(acc), 0)[101]
+    acc.complete(first.batch_id)
+    [second] = acc.drain(by_leader(acc), 0)[101]
+    assert (first.base_sequence, len(first.records), second.base_sequence) == (2**31 - 2, 2, 0)
