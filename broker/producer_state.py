@@ -19,19 +19,21 @@ batch about to be appended (``check``), before anything is written:
   sequence here because one connection delivers a producer's requests in order; gRPC runs
   concurrent requests in any order, so batch 1 of a new producer may arrive before batch 0, and
   accepting it would let batch 0 land after it. The client retries UNKNOWN_PRODUCER_ID while an
-  earlier batch of the partition is unacknowledged (it establishes the state).
+  earlier batch of the partition is unacknowledged (it establishes the state); with none (the state
+  expired) it bumps its epoch and resends from sequence 0 (``pykraft.producer``, KIP-360).
 
 After an append, leaders and followers alike call ``update`` with the batch and its offsets (this is
 how followers, and a restarted broker replaying its log, rebuild the same state, so a retry sent to a
 new leader after failover is still recognised as a duplicate).
 
-Expiry (KIP-854, ``producer.id.expiration.ms``): ``remove_expired(now_ms)`` drops a producer only
-when its **newest** batch was appended at least ``expiration_ms`` ago (``last_update_ms``, the
-broker's clock at the append, is refreshed by every batch, including duplicates answered from the
-window). A live producer keeps refreshing it, and a retry is only ever sent within the client's
-``delivery.timeout.ms`` of the original, which must stay below ``producer.id.expiration.ms``
-(default 1 day vs 2 minutes): so a retry of a batch whose state is still needed never meets an
-expired entry.
+Expiry (KIP-854, the broker setting ``producer.id.expiration.ms`` in ``broker.config``, passed down
+by ``ReplicaManager``, which checks at most ten times per period, on produce):
+``remove_expired(now_ms)`` drops a producer only when its **newest** batch was appended at least
+``expiration_ms`` ago (``last_update_ms``, the broker's clock at the append, is refreshed by every
+batch, including duplicates answered from the window). A live producer keeps refreshing it, and a
+retry is only ever sent within the client's ``delivery.timeout.ms`` of the original, which must stay
+below ``producer.id.expiration.ms`` (default 1 day vs 2 minutes): so a retry of a batch whose state
+is still needed never meets an expired entry.
 
 Invariants (``invariants()``): per producer at most 5 batches, in offset order, each
 ``last_offset - first_offset == seq distance(first_seq, last_seq)``, consecutive batches in sequence.
