@@ -286,6 +286,9 @@ class ReplicaManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_states: dict[TP, PartitionProducerState] = {}
         self._next_producer_expiry_ms = 0
+        # Called with (tp, is_leader, leader_epoch) on every new role of a hosted partition, and
+        # (tp, False, NO_EPOCH) when it stops; the group coordinator loads/unloads __consumer_offsets.
+        self.role_listeners: list[Callable[[TP, bool, int], None]] = []
 
     # ---- metadata delta -> role changes --------------------------------------------------------
 
@@ -330,6 +333,7 @@ class ReplicaManager:
             self.fetchers.remove_partition(tp)
             log.info("%s-%d: leader in epoch %d, ISR %s", *tp, reg.leader_epoch, list(reg.isr))
             self._partition_changed(tp)
+            self._notify_role(tp, True, reg.leader_epoch)
         if partition.maybe_increment_high_watermark() is not None:
             self._high_watermark_moved(tp)
 
@@ -342,11 +346,16 @@ class ReplicaManager:
             return
         log.info("%s-%d: follower of %d in epoch %d", *tp, reg.leader, reg.leader_epoch)
         self._partition_changed(tp)
+        self._notify_role(tp, False, reg.leader_epoch)
         self.fetchers.remove_partition(tp)
         if reg.leader != NO_LEADER:  # no truncation here: the leader's diverging epoch decides (KIP-101)
             self.fetchers.add_partition(
                 reg.leader, tp, plog.log_end_offset, plog.latest_epoch, reg.leader_epoch
             )
+
+    def _notify_role(self, tp: TP, is_leader: bool, leader_epoch: int) -> None:
+        for listener in self.role_listeners:
+            listener(tp, is_leader, leader_epoch)
 
     def _stop_replica(self, tp: TP, delete: bool) -> None:
         partition = self.partitions.pop(tp, None)
@@ -357,6 +366,7 @@ class ReplicaManager:
         if partition is not None:
             partition.stop()
         self._partition_changed(tp)
+        self._notify_role(tp, False, NO_EPOCH)
         if plog is not None:
             plog.close()
             if delete:
