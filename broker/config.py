@@ -48,6 +48,15 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", 1),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1),
     "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", 1),
+    # Consumer groups (broker.group_service): Kafka's names; -1 replication factor = min(3, live brokers).
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 1),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 1),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0),
+    "group.max.size": ("group_max_size", 1),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", -1),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", 1),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0),
     # KIP-854: idle producers' dedup state is dropped after this long (broker.producer_state).
     "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
 }
@@ -102,6 +111,14 @@ class BrokerSettings:
     log_retention_check_interval_ms: int = 300_000
     log_flush_scheduler_interval_ms: int = 1_000
     producer_id_expiration_ms: int = 86_400_000  # Kafka's default: 1 day
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_max_size: int = 2**31 - 1
+    offsets_topic_num_partitions: int = 10  # Kafka: 50; fewer suit small clusters
+    offsets_topic_replication_factor: int = -1  # -1: min(3, live brokers)
+    offsets_commit_timeout_ms: int = 5_000
+    offset_metadata_max_bytes: int = 4_096
     # Broker defaults of topic configs, as strings (Kafka's names), e.g. {"min.insync.replicas": "2"}.
     topic_defaults: tuple[tuple[str, str], ...] = ()
     advertised_listeners: str = ""  # HOST:PORT; "" = the listen address
