@@ -9,8 +9,11 @@ all the partitions followed there, parked on the leader up to ``replica.fetch.ma
 
 1. ``plan = fetcher.build_request(now)``; with nothing ready, sleep until a partition is added or
    the earliest back-off ends (``next_wake_ms``);
-2. send it as ``ReplicaService.Fetch``; a transport failure is ``handle_request_failure`` (the
-   partitions back off ``replica.fetch.backoff.ms``);
+2. send it on the driver's ``ReplicaService.FetchStream`` to the leader (one long-lived bidi stream:
+   no per-call set-up on the path of every acks=all produce) and read the answer; a transport
+   failure, an ended stream or no answer within ``max_wait_ms + request.timeout.ms`` drops the
+   stream (the next request opens a new one, so a late answer is never taken for a later request's)
+   and is ``handle_request_failure`` (the partitions back off ``replica.fetch.backoff.ms``);
 3. ``actions = fetcher.handle_response(...)`` with the local log's view; the replica manager applies
    each action to the log (append, truncate by epoch), then the fetcher learns the new log end
    (``update_position``).
@@ -40,6 +43,14 @@ log = logging.getLogger(__name__)
 
 
 _BACKGROUND: set[asyncio.Future] = set()  # strong references to fire-and-forget clean-ups
+
+
+class FetchStreamEndedError(Exception):
+    """The leader ended the fetch stream without an answer (e.g. it is shutting down)."""
+
+
+# What makes one fetch fail (the partitions back off); anything else is a bug and is logged as one.
+FETCH_FAILURES = (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError, FetchStreamEndedError)
 
 
 def monotonic_ms() -> int:
@@ -73,6 +84,7 @@ class FetcherDriver:
         self._wake = asyncio.Event()
         self._channel: grpc.aio.Channel | None = None
         self._address: str | None = None
+        self._stream: grpc.aio.StreamStreamCall | None = None
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
 
     def wake(self) -> None:
@@ -82,6 +94,7 @@ class FetcherDriver:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        self._close_stream()
         if self._channel is not None:
             await self._channel.close()
 
@@ -90,6 +103,7 @@ class FetcherDriver:
         if address is None:
             return None
         if address != self._address:
+            self._close_stream()
             if self._channel is not None:
                 _background(self._channel.close())
             self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
@@ -116,11 +130,10 @@ class FetcherDriver:
             log.info("no address for leader %d yet; backing off", self.leader_id)
             self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
             return
-        timeout_s = (self.fetcher.config.max_wait_ms + self.request_timeout_ms) / 1000
         try:
-            response = await stub.Fetch(self._request(plan), timeout=timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            log.info("fetch from leader %d failed: %s %s", self.leader_id, exc.code().name, exc.details())
+            response = await self._exchange(stub, self._request(plan))
+        except FETCH_FAILURES as exc:
+            log.info("fetch from leader %d failed: %s", self.leader_id, _describe(exc))
             self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
             return
         answers = self._answers(response)
@@ -136,6 +149,31 @@ class FetcherDriver:
             position = self.manager.log_position(tp)
             if position is not None:
                 self.fetcher.update_position(tp, *position)
+
+    async def _exchange(
+        self, stub: replica_pb2_grpc.ReplicaServiceStub, request: replica_pb2.ReplicaFetchRequest
+    ) -> replica_pb2.ReplicaFetchResponse:
+        """Write ``request`` on the stream to the leader (opened on first use) and read its answer."""
+        timeout_s = (self.fetcher.config.max_wait_ms + self.request_timeout_ms) / 1000
+        if self._stream is None:
+            self._stream = stub.FetchStream()
+        stream = self._stream
+        try:
+            async with asyncio.timeout(timeout_s):
+                await stream.write(request)
+                response = await stream.read()
+        except BaseException:  # failed, timed out or cancelled: the stream's state is unknown
+            self._close_stream()
+            raise
+        if response is grpc.aio.EOF:
+            self._close_stream()
+            raise FetchStreamEndedError(f"leader {self.leader_id} ended the fetch stream")
+        return response
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
 
     async def _sleep_until(self, wake_ms: int | None) -> None:
         self._wake.clear()
@@ -181,6 +219,14 @@ class FetcherDriver:
                     diverging, p.records, p.error.message,
                 )  # fmt: skip
         return answers
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name} {exc.details()}"
+    if isinstance(exc, TimeoutError):
+        return "no answer before the request timeout"
+    return str(exc) or type(exc).__name__
 
 
 class FetcherManager:

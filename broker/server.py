@@ -215,7 +215,7 @@ class BrokerNode:
             self.server,
         )
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
-            ReplicaServicer(self.manager, monotonic_ms), self.server
+            ReplicaServicer(self.manager, monotonic_ms, self.metrics.observe_request), self.server
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminForwarder(self.forward_admin), self.server)
         self.health = add_standard_services(self.server, SERVICE_NAMES)
