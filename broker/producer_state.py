@@ -216,7 +216,13 @@ class ProducerStateManager:
             return
         meta = BatchMetadata(batch.base_sequence, batch.last_seq, first_offset, last_offset)
         entry = self.producers.get(batch.producer_id)
-        if entry is None or batch.producer_epoch != entry.producer_epoch:
+        # A sequence gap can only come from log compaction (storage.cleaner drops a producer's batches
+        # but its last): the window restarts there, as dedup is only ever asked about the newest batches.
+        if (
+            entry is None
+            or batch.producer_epoch != entry.producer_epoch
+            or batch.base_sequence != next_sequence(entry.last_seq)
+        ):
             batches: tuple[BatchMetadata, ...] = (meta,)
         else:
             batches = (*entry.batches, meta)[-MAX_BATCHES_PER_PRODUCER:]

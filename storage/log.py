@@ -15,12 +15,22 @@ Reading slices the segment file (``os.pread``) at batch boundaries found through
 The files of a partition directory are described in ``storage.log_loader`` (checkpoints, clean shutdown
 marker, recovery) and ``storage.segment`` (segments and indexes).
 
-Thread-safety: none. One owner (the broker's partition driver) calls every method; no threads inside.
+Compaction (``cleanup.policy`` contains ``compact``; ``storage.compaction``, ``storage.cleaner``): a
+leader append refuses records without a key; ``plan_cleaning`` picks whole inactive segments below
+the HW, a background thread cleans them into new files (``cleaner.clean``), and ``finish_cleaning``
+swaps them in — if the planned segments are still there — in one short call. Offsets never change;
+a compacted log has gaps, which reads (the first batch ending at or after an offset) and follower
+appends (a batch may start past the LEO) accept, as in Kafka. Retention by time and size applies
+only when the policy contains ``delete``.
+
+Thread-safety: none. One owner (the broker's partition driver) calls every method; no threads inside
+(``cleaner.clean`` runs in another thread on a plan's own descriptors and never touches the Log).
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,8 +38,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from proto import errors
-from storage import log_loader, log_validator
+from storage import cleaner, compaction, log_loader, log_validator
 from storage.batch_header import BatchHeader, CorruptRecordError
+from storage.checkpoint import OffsetCheckpoint
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.index import NO_TIMESTAMP
@@ -100,6 +111,8 @@ class Log:
     - ``update_high_watermark(offset)``, ``maybe_increment_log_start_offset(offset) -> bool``,
       ``delete_old_segments() -> int`` (retention.ms / retention.bytes / log start offset),
       ``truncate_to(offset) -> bool``, ``truncate_fully_and_start_at(offset)``.
+    - ``plan_cleaning(now_ms) -> CleaningPlan | None`` and ``finish_cleaning(result) -> bool``
+      (compaction; see the module docstring), ``abort_cleaning(plan)``.
     - ``flush()``, ``maybe_flush()`` (flush.ms), ``write_checkpoints()``, ``close()``, ``invariants()``.
     - Properties: ``log_end_offset``, ``log_start_offset``, ``high_watermark``, ``recovery_point``,
       ``size_bytes``, ``segment_base_offsets``, ``leader_epoch_cache``, ``latest_epoch``.
@@ -136,6 +149,12 @@ class Log:
         self._last_flush_ms = clock_ms()
         self._written: dict[str, int] = {}
         self._closed = False
+        self._cleaner_checkpoint = OffsetCheckpoint(self.directory / cleaner.CLEANER_CHECKPOINT_FILE)
+        self._first_dirty_offset = self._cleaner_checkpoint.read() or 0
+        # Earliest delete horizon of kept tombstones; unknown after opening (0: check at the next pass).
+        self._tombstone_horizon_ms: int | None = 0
+        self._cleaning: cleaner.CleaningPlan | None = None
+        self._retired: list[LogSegment] = []  # replaced by cleaned segments; closed one pass later
         self.invariants()
 
     def _load_epoch_cache(self, epoch_starts: list[tuple[int, int]]) -> LeaderEpochCache:
@@ -218,6 +237,8 @@ class Log:
                 f"epoch {latest}; this leader is stale"
             )
         valid = log_validator.validate_batches(batches, self.config, self.name)
+        if self.config.compact:
+            compaction.check_keys(valid.data, valid.headers, self.name)
         now_ms = self._clock_ms()
         first_offset = self.log_end_offset
         if self._log_append_time:
@@ -233,8 +254,9 @@ class Log:
         return info
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
-        """Append batches fetched from the leader, keeping their offsets and leader epochs."""
-        valid = log_validator.validate_batches(batches, self.config, self.name)
+        """Append batches fetched from the leader, keeping their offsets and leader epochs (a compacted
+        leader's batches may start past the LEO and hold fewer records than offsets)."""
+        valid = log_validator.validate_batches(batches, self.config, self.name, replicated=True)
         appended = log_validator.follower_batches(valid, self.log_end_offset, self.name)
         first_offset = valid.headers[0][1].base_offset
         info = self._append(valid, [valid.data], appended, first_offset, NO_TIMESTAMP, self._clock_ms())
@@ -468,6 +490,8 @@ class Log:
         """Delete whole segments below the HW past retention (time, size, log start); count deleted."""
         now_ms = self._clock_ms()
         deleted = self._delete_while(lambda segment, upper: upper <= self._log_start_offset)
+        if not self.config.delete:  # cleanup.policy=compact: only the log start offset deletes
+            return deleted
         if self.config.retention_ms is not None:
             retention_ms = self.config.retention_ms
             deleted += self._delete_while(
@@ -523,6 +547,7 @@ class Log:
             return True
         self._high_watermark = min(self._high_watermark, leo)
         self._recovery_point = min(self._recovery_point, leo)
+        self._first_dirty_offset = min(self._first_dirty_offset, leo)
         self._leader_epoch_cache.truncate_from_end(leo)
         self._write_if_changed("recovery_point", self._recovery_point)
         return True
@@ -537,8 +562,89 @@ class Log:
         )
         self._segments, self._bases = [segment], [offset]
         self._log_start_offset = self._high_watermark = self._recovery_point = offset
+        self._first_dirty_offset = min(self._first_dirty_offset, offset)
         self._leader_epoch_cache.clear()
         self.write_checkpoints()
+
+    # ------------------------------------------------------------------------------------ compaction
+
+    @property
+    def first_dirty_offset(self) -> int:
+        """The cleaner checkpoint: offsets below it were compacted by the last pass."""
+        return self._first_dirty_offset
+
+    def plan_cleaning(
+        self, now_ms: int | None = None, max_map_keys: int = cleaner.DEFAULT_MAX_MAP_KEYS
+    ) -> cleaner.CleaningPlan | None:
+        """A compaction pass to run off this thread (``cleaner.clean``), or None when there is nothing
+        worth cleaning: not compacted, a pass already running, no whole inactive segment below the HW
+        (and min.compaction.lag.ms old), or a dirty ratio below min.cleanable.dirty.ratio while no
+        tombstone's delete horizon has passed. The plan must reach ``finish_cleaning`` or
+        ``abort_cleaning``."""
+        if not self.config.compact or self._closed or self._cleaning is not None:
+            return None
+        now_ms = self._clock_ms() if now_ms is None else now_ms
+        candidates = self._segments[:-1]  # never the active segment
+        infos = [
+            compaction.SegmentInfo(s.base_offset, s.next_offset, s.size_bytes, s.retention_timestamp_ms)
+            for s in candidates
+        ]
+        upper_bound = min(self._high_watermark, self.active_segment.base_offset)
+        count = compaction.cleanable_count(infos, upper_bound, now_ms, self.config.min_compaction_lag_ms)
+        first_dirty = max(self._first_dirty_offset, self._bases[0])
+        ratio, dirty_bytes = compaction.dirty_ratio(infos[:count], first_dirty)
+        horizon = self._tombstone_horizon_ms
+        tombstones_due = count > 0 and horizon is not None and now_ms >= horizon
+        if not tombstones_due and (dirty_bytes == 0 or ratio < self.config.min_cleanable_dirty_ratio):
+            return None
+        planned = [
+            cleaner.SegmentToClean(s, os.dup(s.fileno()), info, s.created_ms)
+            for s, info in zip(candidates[:count], infos[:count], strict=True)
+        ]
+        self._cleaning = cleaner.CleaningPlan(
+            self.directory, self.name, planned, first_dirty, now_ms, self.config.delete_retention_ms,
+            self.config.segment_bytes, self.config.index_interval_bytes, max_map_keys,
+        )  # fmt: skip
+        return self._cleaning
+
+    def abort_cleaning(self, plan: cleaner.CleaningPlan) -> None:
+        """The pass failed in its thread (which removed its files): allow the next one."""
+        plan.close()
+        if self._cleaning is plan:
+            self._cleaning = None
+
+    def finish_cleaning(self, result: cleaner.CleaningResult) -> bool:
+        """Swap the cleaned segments in (crash-safe renames, ``cleaner.commit_swap``) if the planned
+        segments are still this log's, unchanged; else discard them. True if swapped in."""
+        assert self._cleaning is result.plan, f"{self.name}: finishing a pass this log did not plan"
+        self._cleaning = None
+        if self._closed or not self._plan_still_holds(result.plan):
+            result.discard()
+            return False
+        for segment in self._retired:  # replaced one pass ago: nobody reads them any more
+            segment.close()
+        self._retired = []
+        for group in result.groups:
+            if group.cleaned is None:
+                continue
+            first = next(i for i, s in enumerate(self._segments) if s is group.originals[0].segment)
+            new_segment = cleaner.commit_swap(self.directory, group)
+            group.cleaned = None
+            self._segments[first : first + len(group.originals)] = [new_segment]
+            self._bases[first : first + len(group.originals)] = [new_segment.base_offset]
+            self._retired.extend(planned.segment for planned in group.originals)
+        self._first_dirty_offset = result.end_offset
+        self._cleaner_checkpoint.write(result.end_offset)
+        self._tombstone_horizon_ms = result.tombstone_horizon_ms
+        return True
+
+    def _plan_still_holds(self, plan: cleaner.CleaningPlan) -> bool:
+        """The planned segments are the log's leading inactive segments, with the sizes planned."""
+        segments = self._segments[:-1]
+        return len(plan.segments) <= len(segments) and all(
+            planned.segment is segment and segment.size_bytes == planned.info.size_bytes
+            for planned, segment in zip(plan.segments, segments, strict=False)
+        )
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -553,8 +659,9 @@ class Log:
         self._recovery_point = self.log_end_offset
         self.write_checkpoints()
         log_loader.write_clean_shutdown_marker(self.directory)
-        for segment in self._segments:
+        for segment in [*self._segments, *self._retired]:
             segment.close()
+        self._retired.clear()
         self._closed = True
 
     def invariants(self) -> None:

@@ -15,7 +15,9 @@ everything after it are truncated — later segments are deleted — and the ind
 clean stop only the index files are sanity-checked; a missing or bad one is rebuilt from its segment.
 
 The marker is removed as soon as the directory is opened, so a crash later is never taken for a
-clean stop.
+clean stop. Before anything else, the log cleaner's leftovers are settled
+(``storage.cleaner.complete_interrupted_swaps``: ``*.cleaned`` files deleted, a committed ``*.swap``
+segment put in place of the segments it replaces).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proto import errors
+from storage import cleaner
 from storage.checkpoint import OffsetCheckpoint, fsync_dir
 from storage.config import LogConfig
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
@@ -64,6 +67,7 @@ class Checkpoints:
 def load_log(directory: Path, config: LogConfig, checkpoints: Checkpoints, now_ms: int) -> LoadedLog:
     """Open every segment of ``directory``, recovering as needed (see the module docstring)."""
     directory.mkdir(parents=True, exist_ok=True)
+    cleaner.complete_interrupted_swaps(directory)  # before listing: a swap replaces segment files
     clean = _consume_clean_shutdown_marker(directory)
     log_start = checkpoints.log_start_offset.read() or 0
     loaded = LoadedLog(

@@ -11,7 +11,10 @@ Both fields are outside the CRC (bytes 0-7 and 12-15), so each batch becomes *pi
 caller's buffer — the records are never copied. Only LogAppendTime changes bytes inside the CRC
 (attributes and maxTimestamp); that topic setting copies the buffer and recomputes each CRC.
 
-A follower keeps the leader's offsets, which must continue its log end offset exactly.
+A follower keeps the leader's offsets, which must not overlap its log end offset. A compacted leader
+(``storage.cleaner``) sends batches with gaps before them and fewer records than offsets, so a
+replicated batch may start past the LEO and hold at most lastOffsetDelta + 1 records (Kafka checks the
+exact count only for clients' batches).
 
 Thread-safety: pure functions over caller-owned buffers; nothing here touches a file.
 """
@@ -57,8 +60,11 @@ class ValidBatches:
     num_records: int
 
 
-def validate_batches(batches: bytes | bytearray | memoryview, config: LogConfig, name: str) -> ValidBatches:
-    """Check every batch before anything is written; raise the first problem as a Kafka error."""
+def validate_batches(
+    batches: bytes | bytearray | memoryview, config: LogConfig, name: str, replicated: bool = False
+) -> ValidBatches:
+    """Check every batch before anything is written; raise the first problem as a Kafka error.
+    ``replicated``: batches from the leader (compacted ones may hold fewer records than offsets)."""
     data = memoryview(batches).cast("B")
     size = len(data)
     if not size:
@@ -72,7 +78,7 @@ def validate_batches(batches: bytes | bytearray | memoryview, config: LogConfig,
     try:
         while position < size:
             header = validate_batch(data, position)  # also checks the batch lies inside ``data``
-            _check_batch(position, header, config)
+            _check_batch(position, header, config, replicated)
             headers.append((position, header))
             records += header.records_count
             position += header.batch_length + LOG_OVERHEAD
@@ -81,12 +87,14 @@ def validate_batches(batches: bytes | bytearray | memoryview, config: LogConfig,
     return ValidBatches(data, headers, records)
 
 
-def _check_batch(position: int, header: BatchHeader, config: LogConfig) -> None:
+def _check_batch(position: int, header: BatchHeader, config: LogConfig, replicated: bool) -> None:
     if header.size_in_bytes > config.max_message_bytes:
         raise errors.MessageTooLargeError(
             f"batch at byte {position} is {header.size_in_bytes} bytes, over max.message.bytes="
             f"{config.max_message_bytes}; send smaller batches or raise the topic's setting"
         )
+    if replicated and header.records_count <= header.last_offset_delta + 1:
+        return
     if header.records_count != header.last_offset_delta + 1:
         raise errors.InvalidRecordError(
             f"batch at byte {position} has recordsCount {header.records_count} but lastOffsetDelta "
@@ -136,13 +144,14 @@ def _stamp_log_append_time(buffer: bytearray, position: int, header: BatchHeader
 
 
 def follower_batches(valid: ValidBatches, log_end_offset: int, name: str) -> list[AppendedBatch]:
-    """The leader's offsets, checked to continue ``log_end_offset`` with no gap or overlap."""
+    """The leader's offsets, checked not to overlap ``log_end_offset`` or each other (a gap is a
+    compacted range of the leader's log)."""
     expected = log_end_offset
     appended = []
     for position, header in valid.headers:
-        if header.base_offset != expected:
+        if header.base_offset < expected:
             raise UnexpectedAppendOffsetError(
-                f"{name}: follower batch starts at offset {header.base_offset}, expected {expected} "
+                f"{name}: follower batch starts at offset {header.base_offset}, below {expected} "
                 f"(log end offset {log_end_offset}); truncate or refetch from the LEO"
             )
         appended.append(

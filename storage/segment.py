@@ -75,12 +75,17 @@ class RecoveryResult:
 class LogSegment:
     """A segment file with its indexes. Create with ``LogSegment.create`` or ``LogSegment.open``."""
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int, suffix: str = ""
+    ) -> None:
         self.base_offset = base_offset
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
-        self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
+        self.file_suffix = suffix  # "" for a live segment; CLEANED_SUFFIX / SWAP_SUFFIX for the cleaner's
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
+        self.offset_index = OffsetIndex(
+            directory / segment_file_name(base_offset, INDEX_SUFFIX + suffix), base_offset
+        )
         self.time_index = TimeIndex(
-            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset
+            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix), base_offset
         )
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
@@ -93,9 +98,11 @@ class LogSegment:
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+    def create(
+        cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int, suffix: str = ""
+    ) -> LogSegment:
         """A new, empty segment (any stale files with its name are emptied)."""
-        segment = cls(directory, base_offset, index_interval_bytes, now_ms)
+        segment = cls(directory, base_offset, index_interval_bytes, now_ms, suffix)
         os.ftruncate(segment._fd, 0)
         segment.offset_index.reset()
         segment.time_index.reset()
@@ -179,6 +186,20 @@ class LogSegment:
         """Record the final max timestamp in the time index (Kafka does this on roll and close)."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
+    def change_file_suffix(self, suffix: str) -> None:
+        """Rename the three files to end in ``suffix`` ("" = the live names; Kafka's
+        ``changeFileSuffixes``). The open descriptor keeps working: a rename does not touch it. The index
+        files go first, the ``.log`` last: the ``.log`` file's name is what recovery reads."""
+        for index in (self.offset_index, self.time_index):
+            target = index.path.with_name(index.path.name.removesuffix(self.file_suffix) + suffix)
+            index.flush(fsync=False)  # the file must exist to be renamed
+            os.replace(index.path, target)
+            index.path = target
+        target = self.log_path.with_name(self.log_path.name.removesuffix(self.file_suffix) + suffix)
+        os.replace(self.log_path, target)
+        self.log_path = target
+        self.file_suffix = suffix
+
     def flush_data(self) -> None:
         """fsync the batches only (the indexes can be rebuilt from them)."""
         os.fsync(self._fd)
@@ -214,9 +235,13 @@ class LogSegment:
 
     # ------------------------------------------------------------------------------------------ reads
 
+    def fileno(self) -> int:
+        """The ``.log`` file's descriptor (the cleaner duplicates it to read the segment in a thread)."""
+        return self._fd
+
     def read(self, start_position: int, end_position: int) -> bytes:
         """The file bytes in ``[start_position, end_position)``."""
-        return _pread_all(self._fd, end_position - start_position, start_position)
+        return pread_all(self._fd, end_position - start_position, start_position)
 
     def _read_header(self, position: int) -> BatchHeader:
         raw = os.pread(self._fd, HEADER_SIZE, position)
@@ -346,6 +371,8 @@ class LogSegment:
             self._fd = -1
 
     def delete(self) -> None:
+        """Close and remove the three files (by name: never call it on a segment whose files were
+        replaced by a cleaned one under the same names)."""
         self.close()
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
@@ -380,7 +407,7 @@ def _write_rest(fd: int, pieces: list, done: int) -> None:
         rest = rest[os.write(fd, rest) :]
 
 
-def _pread_all(fd: int, size: int, position: int) -> bytes:
+def pread_all(fd: int, size: int, position: int) -> bytes:
     data = os.pread(fd, size, position)
     if len(data) == size:
         return data

@@ -1,0 +1,330 @@
+"""The log cleaner's file work: clean a planned range into new segment files, swap them in, recover.
+
+The decisions (cleanable range, offset map, what a batch keeps) are ``storage.compaction``'s; this
+module reads and writes files. A cleaning pass has three steps, split by who may run them:
+
+1. ``Log.plan_cleaning`` (the log's owner, on the broker's event loop): picks the segments and takes a
+   ``CleaningPlan`` holding a duplicate descriptor of each (inactive segments never change; a
+   segment deleted meanwhile stays readable through it).
+2. ``clean(plan)`` (a background thread; it touches no ``Log`` state): builds the offset map from the
+   dirty segments, then rewrites the planned segments in groups (``compaction.group_segments``), each
+   group into one new segment under temporary names, fsynced::
+
+       <base>.log.cleaned  <base>.index.cleaned  <base>.timeindex.cleaned
+
+3. ``Log.finish_cleaning(result)`` (the owner again, briefly): if the planned segments are still the
+   log's, each group is swapped in by ``commit_swap`` — Kafka's ``.swap`` protocol:
+
+       rename <base>.*.cleaned -> <base>.*.swap, fsync dir     <- the commit point is <base>.log.swap
+       unlink the old segments' files                             (their open descriptors stay valid)
+       rename <base>.*.swap -> <base>.*, fsync dir
+
+   otherwise (truncated, deleted, closed) the cleaned files are discarded.
+
+Recovery (``complete_interrupted_swaps``, run by ``storage.log_loader`` before it lists segments):
+every ``*.cleaned`` file is deleted (a pass that never committed); a ``<base>.log.swap`` committed:
+the segments it replaces — base offsets in ``[base, end offset of the swap file)`` — are deleted and
+the swap file takes the live name (its indexes are rebuilt by the loader). A cleaned segment always
+ends at the same offset as the segments it replaces (their last batch is kept, empty if need be), so
+segments stay contiguous.
+
+Also here: the cleaner checkpoint, one offset per partition directory (``cleaner-offset-checkpoint``,
+``storage.checkpoint`` format): the end of the last cleaned range, i.e. the first dirty offset
+(Kafka keeps one such file per log directory).
+
+Thread-safety: ``clean`` runs in one background thread per plan and only reads the plan's
+descriptors and writes its own ``.cleaned`` files; everything else runs on the log owner's thread.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from proto import errors
+from storage import compaction
+from storage.batch_header import HEADER_SIZE, BatchHeader, CorruptRecordError, iter_batches, parse_header
+from storage.checkpoint import fsync_dir
+from storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_RELATIVE_OFFSET,
+    TIME_INDEX_SUFFIX,
+    AppendedBatch,
+    LogSegment,
+    pread_all,
+    segment_file_name,
+)
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+READ_CHUNK_BYTES = 1 << 20
+WRITE_CHUNK_BYTES = 1 << 20
+# Soft cap of the offset map (distinct keys): once reached, the pass stops at the end of that segment
+# and the rest stays dirty for the next pass (Kafka sizes it with log.cleaner.dedupe.buffer.size).
+DEFAULT_MAX_MAP_KEYS = 1_000_000
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+
+@dataclass(slots=True)
+class SegmentToClean:
+    segment: LogSegment  # the live segment: compared by identity at the swap, never used by the thread
+    fd: int  # a duplicate of its descriptor, owned by the plan
+    info: compaction.SegmentInfo
+    created_ms: int
+
+
+@dataclass(slots=True)
+class CleaningPlan:
+    """What one pass cleans: the leading segments of a log, the first dirty offset and the settings."""
+
+    directory: Path
+    name: str
+    segments: list[SegmentToClean]
+    first_dirty_offset: int
+    now_ms: int
+    delete_retention_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+    max_map_keys: int = DEFAULT_MAX_MAP_KEYS
+
+    def close(self) -> None:
+        for planned in self.segments:
+            if planned.fd >= 0:
+                os.close(planned.fd)
+                planned.fd = -1
+
+
+@dataclass(slots=True)
+class CleanedGroup:
+    originals: list[SegmentToClean]
+    cleaned: LogSegment | None  # None: cleaning changed nothing, the originals stay
+
+
+@dataclass(slots=True)
+class CleaningResult:
+    plan: CleaningPlan
+    groups: list[CleanedGroup] = field(default_factory=list)
+    end_offset: int = 0  # the new cleaner checkpoint: everything below is clean
+    tombstone_horizon_ms: int | None = None  # earliest delete horizon of the tombstones still kept
+    bytes_before: int = 0
+    bytes_after: int = 0
+    records_removed: int = 0
+
+    def discard(self) -> None:
+        """Delete the cleaned files of a pass that will not be swapped in."""
+        for group in self.groups:
+            if group.cleaned is not None:
+                group.cleaned.delete()
+                group.cleaned = None
+
+
+# ------------------------------------------------------------------------------------- the thread
+
+
+def clean(plan: CleaningPlan) -> CleaningResult:
+    """Clean ``plan`` into ``.cleaned`` segments (see the module docstring). Runs off the log's thread.
+    On any error the files written so far are removed and the error is raised. Closes the plan's
+    descriptors."""
+    result = CleaningResult(plan)
+    try:
+        offset_map, count, last_of_producer = _scan(plan)
+        segments = plan.segments[:count]
+        result.end_offset = segments[-1].info.next_offset
+        infos = [planned.info for planned in segments]
+        for group in compaction.group_segments(infos, plan.segment_bytes, MAX_RELATIVE_OFFSET):
+            originals = segments[group.start : group.stop]
+            result.groups.append(CleanedGroup(originals, None))
+            result.groups[-1].cleaned = _clean_group(plan, originals, offset_map, last_of_producer, result)
+    except BaseException:
+        result.discard()
+        raise
+    finally:
+        plan.close()
+    return result
+
+
+def _scan(plan: CleaningPlan) -> tuple[compaction.OffsetMap, int, dict[int, int]]:
+    """Pass 1: the offset map of the dirty segments (up to the map's cap, in whole segments), how many
+    segments this pass cleans, and each producer's last batch (its last offset) among them."""
+    offset_map = compaction.OffsetMap()
+    last_of_producer: dict[int, int] = {}
+    count = 0
+    for planned in plan.segments:
+        dirty = planned.info.next_offset > plan.first_dirty_offset
+        if dirty and len(offset_map) >= plan.max_map_keys:
+            break
+        for header, data in _file_batches(planned.fd, planned.info.size_bytes):
+            if header.producer_id >= 0:
+                last_of_producer[header.producer_id] = header.last_offset
+            if dirty:
+                offset_map.add_batch(data)
+        count += 1
+    return offset_map, count, last_of_producer
+
+
+def _clean_group(
+    plan: CleaningPlan,
+    originals: list[SegmentToClean],
+    offset_map: compaction.OffsetMap,
+    last_of_producer: dict[int, int],
+    result: CleaningResult,
+) -> LogSegment | None:
+    """Pass 2 for one group: write the kept batches into a ``.cleaned`` segment; None if unchanged."""
+    created_ms = max(planned.created_ms for planned in originals)
+    base_offset = originals[0].info.base_offset
+    group_end = originals[-1].info.next_offset
+    cleaned = LogSegment.create(
+        plan.directory, base_offset, plan.index_interval_bytes, created_ms, CLEANED_SUFFIX
+    )
+    writer = _SegmentWriter(cleaned)
+    changed = len(originals) > 1
+    try:
+        for planned in originals:
+            result.bytes_before += planned.info.size_bytes
+            for header, data in _file_batches(planned.fd, planned.info.size_bytes):
+                keep_empty = header.next_offset == group_end or (
+                    header.producer_id >= 0 and last_of_producer.get(header.producer_id) == header.last_offset
+                )
+                filtered = compaction.filter_batch(
+                    data, header, offset_map, plan.now_ms, plan.delete_retention_ms, keep_empty
+                )
+                changed = changed or filtered.changed
+                result.records_removed += filtered.records_removed
+                horizon = filtered.tombstone_horizon_ms
+                if horizon is not None:
+                    earliest = result.tombstone_horizon_ms
+                    result.tombstone_horizon_ms = horizon if earliest is None else min(earliest, horizon)
+                if filtered.data is not None:
+                    writer.add(filtered.data)
+        writer.finish()
+    except BaseException:
+        cleaned.delete()
+        raise
+    assert cleaned.next_offset == group_end, (
+        f"{plan.name}: cleaned segment {base_offset} ends at {cleaned.next_offset}, not {group_end}"
+    )
+    if not changed:
+        cleaned.delete()
+        result.bytes_after += sum(planned.info.size_bytes for planned in originals)
+        return None
+    result.bytes_after += cleaned.size_bytes
+    return cleaned
+
+
+class _SegmentWriter:
+    """Appends batches to a new segment in chunks of about WRITE_CHUNK_BYTES (one writev each)."""
+
+    def __init__(self, segment: LogSegment) -> None:
+        self.segment = segment
+        self.pieces: list[bytes] = []
+        self.batches: list[AppendedBatch] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> None:
+        header = parse_header(data)
+        self.pieces.append(data)
+        self.batches.append(AppendedBatch(self.size, len(data), header.last_offset, header.max_timestamp))
+        self.size += len(data)
+        if self.size >= WRITE_CHUNK_BYTES:
+            self._write()
+
+    def _write(self) -> None:
+        if self.pieces:
+            self.segment.append(self.pieces, self.size, self.batches)
+            self.pieces, self.batches, self.size = [], [], 0
+
+    def finish(self) -> None:
+        self._write()
+        self.segment.on_become_inactive()
+        self.segment.flush(fsync=True)
+
+
+def _file_batches(fd: int, size_bytes: int) -> Iterator[tuple[BatchHeader, bytes]]:
+    """(header, bytes) of each batch of a segment file, reading about READ_CHUNK_BYTES at a time."""
+    position = 0
+    while position < size_bytes:
+        chunk = pread_all(fd, min(READ_CHUNK_BYTES, size_bytes - position), position)
+        offset = 0
+        while len(chunk) - offset >= HEADER_SIZE:
+            header = parse_header(chunk, offset)
+            end = offset + header.size_in_bytes
+            if end > len(chunk):
+                if offset == 0:  # a batch larger than the chunk: read it whole
+                    chunk = pread_all(fd, header.size_in_bytes, position)
+                    if len(chunk) < header.size_in_bytes:
+                        raise CorruptRecordError(f"batch at byte {position} runs past the segment's end")
+                    yield header, chunk
+                    offset = len(chunk)
+                break
+            yield header, chunk[offset:end]
+            offset = end
+        if offset == 0:
+            raise CorruptRecordError(f"segment bytes at {position} are not a whole batch")
+        position += offset
+
+
+# ---------------------------------------------------------------------------- the swap and recovery
+
+
+def commit_swap(directory: Path, group: CleanedGroup) -> LogSegment:
+    """Swap one cleaned group in (see the module docstring); returns the new live segment. The old
+    segments' files are unlinked but their descriptors stay open: the caller closes them later."""
+    cleaned = group.cleaned
+    assert cleaned is not None and cleaned.file_suffix == CLEANED_SUFFIX, f"not a cleaned segment: {cleaned}"
+    cleaned.change_file_suffix(SWAP_SUFFIX)
+    fsync_dir(directory)
+    for planned in group.originals:
+        old = planned.segment
+        for path in (old.log_path, old.offset_index.path, old.time_index.path):
+            path.unlink(missing_ok=True)
+    cleaned.change_file_suffix("")
+    fsync_dir(directory)
+    return cleaned
+
+
+def complete_interrupted_swaps(directory: Path) -> int:
+    """Startup: drop uncommitted ``.cleaned`` files, finish committed swaps; returns swaps finished."""
+    names = sorted(path.name for path in directory.iterdir())
+    for name in names:
+        if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and LOG_SUFFIX not in name):
+            (directory / name).unlink()  # index .swap files: the loader rebuilds the indexes
+    finished = 0
+    for name in names:
+        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            continue
+        swap = directory / name
+        base_offset = int(name[:20])
+        end_offset = _end_offset(swap, base_offset)
+        for path in directory.iterdir():
+            if _segment_file_base(path.name) in range(base_offset, end_offset):
+                path.unlink()
+        swap.rename(directory / segment_file_name(base_offset, LOG_SUFFIX))
+        finished += 1
+    if names:
+        fsync_dir(directory)
+    return finished
+
+
+def _segment_file_base(name: str) -> int | None:
+    """The base offset of a live segment file's name (``<20 digits>.log`` etc.), else None."""
+    if name[:20].isdigit() and name[20:] in _SEGMENT_SUFFIXES:
+        return int(name[:20])
+    return None
+
+
+def _end_offset(swap: Path, base_offset: int) -> int:
+    data = swap.read_bytes()
+    end = base_offset
+    try:
+        for _, header in iter_batches(data, validate=False):
+            end = header.next_offset
+    except CorruptRecordError as exc:
+        raise errors.KafkaStorageError(
+            f"{swap}: a committed cleaned segment is unreadable ({exc.reason}); it was fsynced before "
+            "the swap, so the disk lost data: delete the partition directory to refetch it from the leader"
+        ) from None
+    return end
