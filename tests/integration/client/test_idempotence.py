@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from proto import errors
 from proto.errors import ErrorCode
 from pykraft.consumer import Consumer
 from pykraft.producer import Producer
@@ -95,6 +96,27 @@ def test_dropped_answers_and_leader_sigkill_write_each_record_once(
     by_position = {(r.partition, r.offset): int(r.value) for r in records}
     for i, metadata in acked:
         assert by_position[(metadata.partition, metadata.offset)] == i, f"record {i} not at its acked offset"
+
+
+def test_a_refused_batch_does_not_block_the_later_ones(cluster: BrokerCluster) -> None:
+    """KIP-360 on real brokers: a batch refused MESSAGE_TOO_LARGE (topic max.message.bytes=1000) leaves
+    a hole in its partition's sequences; the producer bumps its epoch, restarts at sequence 0, and
+    the later records land once, in order (without the bump: OUT_OF_ORDER_SEQUENCE_NUMBER forever)."""
+    topic = "idempotent-hole"
+    cluster.create_topic(topic, partitions=1, min_insync_replicas="2", max_message_bytes="1000")
+    cluster.wait_isr(topic, {101, 102, 103})
+    with Producer(cluster.cluster.bootstrap, linger_ms=1, request_timeout_ms=5000,
+                  enable_idempotence=True) as producer:  # fmt: skip
+        assert producer.send(topic, b"first", partition=0).result(TIMEOUT_S).offset == 0
+        with pytest.raises(errors.KafkaError) as raised:
+            producer.send(topic, b"x" * 2000, partition=0).result(TIMEOUT_S)
+        assert raised.value.code == ErrorCode.MESSAGE_TOO_LARGE
+        later = [producer.send(topic, b"after-%d" % i, partition=0) for i in range(10)]
+        producer.flush(TIMEOUT_S)
+        assert [f.result(0).offset for f in later] == list(range(1, 11))
+        assert producer.producer_epoch == 1
+    values = [v for _, v in cluster.read_all(cluster.leader(topic), topic)]
+    assert values == [b"first"] + [b"after-%d" % i for i in range(10)]
 
 
 def test_idle_producer_state_expires_and_the_producer_carries_on(tmp_path: Path) -> None:
