@@ -17,6 +17,7 @@ is kept as JSON lines (``--history``) for replaying the checker.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import sys
 import tempfile
@@ -25,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proto import errors
+from proto.errors import ErrorCode
 from pykraft.consumer import Consumer
 from pykraft.types import TopicPartition
 from tests.chaos import report
@@ -40,6 +43,7 @@ TOPIC = "chaos"
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "RESULTS.md"
 FINAL_READ_TIMEOUT_S = 90.0
 JOIN_TIMEOUT_S = 60.0
+TopicAlreadyExistsError = errors.exception_class(ErrorCode.TOPIC_ALREADY_EXISTS)
 Schedule = Callable[[ChaosCluster, History, str, Callable[[], int]], None]
 
 
@@ -120,6 +124,7 @@ def run_chaos(data_dir: Path, config: RunConfig, log: Callable[[str], None] = pr
         log("writers stopped; final read")
         problems += final_read(cluster, history, topic)
     ops = history.ops()
+    history.write_jsonl(data_dir / "history.jsonl")
     return RunResult(ops, check(ops), report.figures(ops, TOPIC), problems, time.monotonic() - started)
 
 
@@ -162,17 +167,19 @@ def submit_admin(admin: AdminWorker, f: str, n: int, topic: TopicState) -> None:
         name = f"{TOPIC}-extra-{n}"
 
         def create(client) -> None:
-            client.create_topic(name, num_partitions=1, replication_factor=3,
-                                configs={"min.insync.replicas": "2"})  # fmt: skip
+            with contextlib.suppress(TopicAlreadyExistsError):  # an earlier attempt that timed out did it
+                client.create_topic(name, num_partitions=1, replication_factor=3,
+                                    configs={"min.insync.replicas": "2"})  # fmt: skip
 
         admin.submit(f, {"topic": name, "partitions": 1}, create)
         return
     count = topic.count() + 1
 
     def grow(client) -> None:
-        (result,) = client.create_partitions({topic.name: count})
-        if result.error is not None:
-            raise result.error
+        if len(client.describe_topics([topic.name])[0].partitions) < count:  # not done by an earlier try
+            (result,) = client.create_partitions({topic.name: count})
+            if result.error is not None:
+                raise result.error
         topic.grow(count)
 
     admin.submit(f, {"topic": topic.name, "partitions": count}, grow)

@@ -10,7 +10,8 @@
 - **Consumers** (``consumer-N``): ``Consumer.assign`` over every partition of the topic, polling;
   every non-empty poll is an op, a new assignment (the topic grew) starts a new generation, and every
   ``LogTruncation`` the consumer reports is a ``truncation`` op.
-- **Admin** (``admin``): creates topics and adds partitions when the run asks it to.
+- **Admin** (``admin``): creates topics and adds partitions when the run asks it to; an attempt that
+  fails (faults!) is an ``info`` op and is tried again, up to ``ADMIN_ATTEMPTS`` times.
 
 Every wait is bounded; ``stop()`` then ``join()`` ends the threads.
 """
@@ -32,6 +33,8 @@ OUTSTANDING_PER_PARTITION = 8
 CLOSE_TIMEOUT_S = 20.0
 POLL_MS = 300
 REPLACE_AFTER_S = 2.0
+ADMIN_ATTEMPTS = 5
+ADMIN_RETRY_S = 2.0
 
 
 @dataclass
@@ -200,12 +203,12 @@ class AdminWorker(Worker):
     def __init__(self, history: History, controllers: str) -> None:
         super().__init__("admin", history)
         self.controllers = controllers
-        self.queue: list[tuple[str, dict, Callable[[AdminClient], None]]] = []
+        self.queue: list[tuple[str, dict, Callable[[AdminClient], None], int]] = []
         self.lock = threading.Lock()
 
     def submit(self, f: str, value: dict, action: Callable[[AdminClient], None]) -> None:
         with self.lock:
-            self.queue.append((f, value, action))
+            self.queue.append((f, value, action, 1))
 
     def work(self) -> None:
         with AdminClient(self.controllers, timeout_s=20.0) as admin:
@@ -215,11 +218,15 @@ class AdminWorker(Worker):
                 if task is None:
                     self.stopping.wait(0.1)
                     continue
-                f, value, action = task
+                f, value, action, attempt = task
                 start = self.history.now()
                 try:
                     action(admin)
                 except Exception as exc:
                     self.history.add(self.process, f, INFO, start, value, error=repr(exc))
+                    if attempt < ADMIN_ATTEMPTS:  # faults make admin calls fail; retry a bit later
+                        self.stopping.wait(ADMIN_RETRY_S)
+                        with self.lock:
+                            self.queue.append((f, value, action, attempt + 1))
                 else:
                     self.history.add(self.process, f, OK, start, value)
