@@ -48,6 +48,7 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", 1),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1),
     "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", 1),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", 1),  # the compaction timer (storage.cleaner)
     # Consumer groups (broker.group_service): Kafka's names; -1 replication factor = min(3, live brokers).
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 1),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 1),
@@ -60,6 +61,8 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     # KIP-854: idle producers' dedup state is dropped after this long (broker.producer_state).
     "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
 }
+# Boolean broker settings: Kafka config name -> BrokerSettings field.
+BROKER_FLAGS: dict[str, str] = {"log.cleaner.enable": "log_cleaner_enable"}
 # Broker-wide defaults of topic configs (a topic's own setting wins).
 TOPIC_DEFAULT_KEYS = frozenset(
     {
@@ -73,6 +76,10 @@ TOPIC_DEFAULT_KEYS = frozenset(
         "flush.ms",
         "message.timestamp.type",
         "index.interval.bytes",
+        "cleanup.policy",
+        "delete.retention.ms",
+        "min.cleanable.dirty.ratio",
+        "min.compaction.lag.ms",
     }
 )
 # Settings of the controller processes (metadata.server.OVERRIDES), passed to every node by the
@@ -110,6 +117,8 @@ class BrokerSettings:
     controlled_shutdown_timeout_ms: int = 30_000
     log_retention_check_interval_ms: int = 300_000
     log_flush_scheduler_interval_ms: int = 1_000
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_enable: bool = True
     producer_id_expiration_ms: int = 86_400_000  # Kafka's default: 1 day
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -143,12 +152,17 @@ def parse_overrides(items: list[str], base: BrokerSettings | None = None) -> Bro
         if key in TOPIC_DEFAULT_KEYS:
             topic_defaults[key] = value.strip()
             continue
+        if key in BROKER_FLAGS:
+            if value.strip().lower() not in ("true", "false"):
+                raise BrokerConfigError(f"setting {key}={value}: must be true or false")
+            values[BROKER_FLAGS[key]] = value.strip().lower() == "true"
+            continue
         if key == ADVERTISED_LISTENERS:
             _listener(value, f"setting {key}")
             values["advertised_listeners"] = value.strip()
             continue
         if key not in BROKER_OVERRIDES:
-            known = sorted({*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS})
+            known = sorted({*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS})
             raise BrokerConfigError(f"setting {key}: unknown broker setting; known: {', '.join(known)}")
         field, minimum = BROKER_OVERRIDES[key]
         text = value.strip()
@@ -212,7 +226,7 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
         raise BrokerConfigError(f"--controllers {args.controllers!r}: expected HOST:PORT[,HOST:PORT...]")
     if args.metrics_port < METRICS_OFF or args.metrics_port > 65535:
         raise BrokerConfigError(f"--metrics-port {args.metrics_port}: must be 1..65535, 0 (any) or -1 (off)")
-    known = {*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS}
+    known = {*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS}
     try:
         items = collect_overrides(args.override, known, os.environ, args.config_file)
     except SettingsError as exc:

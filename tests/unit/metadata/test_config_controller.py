@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BROKER_OVERRIDES, TOPIC_DEFAULT_KEYS
+from broker.config import BROKER_FLAGS, BROKER_OVERRIDES, TOPIC_DEFAULT_KEYS
 from metadata.server import BROKER_KEYS, ControllerSettings, add_arguments, parse_overrides, settings_from
 
 
 def test_broker_keys_match_the_broker_process() -> None:
-    assert {*BROKER_OVERRIDES, *TOPIC_DEFAULT_KEYS} == BROKER_KEYS
+    assert {*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS} == BROKER_KEYS
 
 
 @pytest.mark.parametrize(
