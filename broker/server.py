@@ -16,6 +16,7 @@ Startup, in order:
 
 Timers: the ISR check every ``replica.lag.time.max.ms / 2``, HW checkpoints every
 ``replica.high.watermark.checkpoint.interval.ms``, retention every ``log.retention.check.interval.ms``,
+compaction every ``log.cleaner.backoff.ms`` (``broker.log_cleaner``),
 flush.ms checks every ``log.flush.scheduler.interval.ms``, and one wake-up at the earliest purgatory
 deadline.
 ISR proposals go to the controller as AlterPartition, retried while they are still pending.
@@ -48,6 +49,7 @@ from broker.broker_service import AdminForwarder, BrokerServicer
 from broker.config import BrokerConfig, BrokerConfigError, config_from
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
+from broker.log_cleaner import LogCleanerDriver
 from broker.metrics import BrokerMetrics, RequestTimer
 from broker.partition import AlterPartitionProposal
 from broker.producer_ids import ProducerIdManager, controller_block_allocator
@@ -251,6 +253,9 @@ class BrokerNode:
                 name="producer-expiry",
             ),
         ]
+        if settings.log_cleaner_enable:  # compaction passes run in a worker thread (broker.log_cleaner)
+            self.log_cleaner = LogCleanerDriver(lambda: self.manager.logs, settings.log_cleaner_backoff_ms)
+            self._tasks.append(asyncio.create_task(self.log_cleaner.run(), name="log-cleaner"))
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
 

@@ -1,0 +1,77 @@
+"""The broker's log cleaner: compacts the hosted logs whose ``cleanup.policy`` contains ``compact``.
+
+Every ``log.cleaner.backoff.ms`` it walks the hosted logs one at a time (Kafka's default of one cleaner
+thread, ``log.cleaner.threads=1``), and for each log that has something worth cleaning:
+
+1. ``Log.plan_cleaning`` on the event loop (picks segments, duplicates their descriptors: cheap);
+2. ``storage.cleaner.clean`` in a worker thread: all the reading, decoding, re-encoding and writing,
+   so produce and fetch on the event loop never wait for it;
+3. ``Log.finish_cleaning`` back on the event loop: a few renames swap the cleaned segments in — the
+   only step that changes the log, and it runs between two requests, never inside one.
+
+A pass that fails (a corrupt segment, a full disk) is logged and given up; its ``.cleaned`` files are
+removed and the log is tried again at the next round. When the broker stops mid-pass the worker
+finishes its files, nobody swaps them in, and the next start deletes them (``storage.cleaner``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from proto import errors
+from storage import cleaner
+from storage.log import Log
+
+log = logging.getLogger(__name__)
+
+
+class LogCleanerDriver:
+    """Runs compaction passes for the logs ``logs()`` returns (the replica manager's hosted logs)."""
+
+    def __init__(self, logs: Callable[[], dict[tuple[str, int], Log]], backoff_ms: int) -> None:
+        self.logs = logs
+        self.backoff_ms = backoff_ms
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
+        self.passes = 0  # completed swaps, for tests and metrics
+
+    async def run(self) -> None:
+        """Clean forever, one round every ``backoff_ms`` (a task of the broker)."""
+        try:
+            while True:
+                await asyncio.sleep(self.backoff_ms / 1000)
+                await self.clean_round()
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def clean_round(self) -> int:
+        """One pass over every hosted log that needs cleaning; returns how many were swapped in."""
+        swapped = 0
+        for tp, plog in list(self.logs().items()):
+            plan = plog.plan_cleaning()
+            if plan is not None and await self._clean(tp, plog, plan):
+                swapped += 1
+        return swapped
+
+    async def _clean(self, tp: tuple[str, int], plog: Log, plan: cleaner.CleaningPlan) -> bool:
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(self._executor, cleaner.clean, plan)
+        except (OSError, errors.KafkaError) as exc:  # the worker removed its files
+            plog.abort_cleaning(plan)
+            log.warning("%s-%d: log cleaning failed, will retry: %s", *tp, exc)
+            return False
+        if not plog.finish_cleaning(result):
+            log.info("%s-%d: log changed while it was cleaned; discarded the pass", *tp)
+            return False
+        self.passes += 1
+        log.info(
+            "%s-%d: cleaned up to offset %d: %d -> %d bytes, %d records removed, %.0f ms", *tp,
+            result.end_offset, result.bytes_before, result.bytes_after, result.records_removed,
+            (time.monotonic() - started) * 1000,
+        )  # fmt: skip
+        return True
