@@ -314,6 +314,7 @@ class ReplicaManager:
     def _apply_partition(self, tp: TP, reg: PartitionRegistration, now_ms: int) -> None:
         partition, plog = self._open(tp)
         partition.min_insync_replicas = self._min_insync_replicas(tp[0])
+        plog.update_config(self._log_config(tp[0]))  # e.g. cleanup.policy altered on a live topic
         if reg.leader == self.broker_id:
             self._become_leader(tp, partition, plog, reg, now_ms)
         else:

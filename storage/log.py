@@ -108,7 +108,8 @@ class Log:
     - ``offset_for_timestamp(timestamp) -> TimestampAndOffset | None`` (also EARLIEST/LATEST_TIMESTAMP).
     - ``end_offset_for_epoch(leader_epoch) -> EpochEndOffset`` (OffsetsForLeaderEpoch);
       ``maybe_assign_epoch_start_offset(leader_epoch) -> bool`` when becoming leader.
-    - ``update_high_watermark(offset)``, ``maybe_increment_log_start_offset(offset) -> bool``,
+    - ``update_config(config)``, ``update_high_watermark(offset)``,
+      ``maybe_increment_log_start_offset(offset) -> bool``,
       ``delete_old_segments() -> int`` (retention.ms / retention.bytes / log start offset),
       ``truncate_to(offset) -> bool``, ``truncate_fully_and_start_at(offset)``.
     - ``plan_cleaning(now_ms) -> CleaningPlan | None`` and ``finish_cleaning(result) -> bool``
@@ -203,6 +204,11 @@ class Log:
     @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
+
+    def update_config(self, config: LogConfig) -> None:
+        """A topic config changed (AlterConfigs): retention, compaction and new segments follow it."""
+        self.config = config
+        self._log_append_time = config.message_timestamp_type == LOG_APPEND_TIME
 
     def update_high_watermark(self, offset: int) -> None:
         """Set the HW (the broker's replication logic decides it); kept in memory until a checkpoint."""
