@@ -19,12 +19,23 @@ Counted as events happen:
   ``Produce``, ``Fetch``, ``ReplicaFetch``, ...): request rates and latencies, timed around each
   gRPC handler by ``RequestTimer`` (a server interceptor), whatever the answer's error code.
 
-Consumer group lag is not exported: pykraft has no consumer groups yet.
+Consumer groups, for the groups this broker coordinates (``register_group_lag``), read at scrape time:
+
+- ``pykraft_consumer_group_committed_offset`` (labels ``group``, ``topic``, ``partition``);
+- ``pykraft_consumer_group_lag``: the partition's high watermark minus the committed offset, for
+  the partitions this broker hosts a replica of (a follower's HW may trail the leader's by one fetch);
+  partitions hosted elsewhere have only the committed offset here (``pykraft groups describe`` asks
+  their leaders);
+- ``pykraft_consumer_groups`` (label ``state``): groups coordinated here, by state.
+
+Collectors run in prometheus-client's thread while the event loop changes the state: they copy what
+they read and retry a read that raced with a change.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -33,6 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from broker.group_coordinator import GroupCoordinator
 from broker.partition import Partition, Role
 from broker.replica_manager import ReplicaManager
 
@@ -44,6 +56,21 @@ TIMED_METHODS = {
     "/pykraft.broker.BrokerService/ListOffsets": "ListOffsets",
     "/pykraft.replica.ReplicaService/Fetch": "ReplicaFetch",
     "/pykraft.replica.ReplicaService/OffsetsForLeaderEpoch": "OffsetsForLeaderEpoch",
+    **{
+        f"/pykraft.group.GroupService/{api}": api
+        for api in (
+            "FindCoordinator",
+            "JoinGroup",
+            "SyncGroup",
+            "Heartbeat",
+            "LeaveGroup",
+            "OffsetCommit",
+            "OffsetFetch",
+            "ListGroups",
+            "DescribeGroups",
+            "DeleteGroups",
+        )
+    },
 }
 # Produce with acks=all and long-polling fetches wait up to seconds.
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -84,11 +111,61 @@ class ReplicaCollector(Collector):
         return [under, leaders, hosted, leo, hw]
 
 
+READ_RETRIES = 5
+
+
+class GroupLagCollector(Collector):
+    """Committed offsets and lag of the groups coordinated here (see the module docstring)."""
+
+    def __init__(self, manager: ReplicaManager, core: GroupCoordinator) -> None:
+        self.manager = manager
+        self.core = core
+
+    def _read(
+        self,
+    ) -> tuple[dict[str, dict[tuple[str, int], int]], dict[str, int], dict[tuple[str, int], int]]:
+        for _ in range(READ_RETRIES):
+            try:
+                committed = self.core.committed_offsets()
+                states = Tally(g.state.value for g in list(self.core.groups.values()))
+                hws = {tp: p.high_watermark for tp, p in list(self.manager.partitions.items())}
+                return committed, dict(states), hws
+            except RuntimeError:  # a dict changed size under us: the loop moved on; read again
+                continue
+        return {}, {}, {}
+
+    def collect(self) -> Iterable[Metric]:
+        committed, states, hws = self._read()
+        offsets = GaugeMetricFamily(
+            "pykraft_consumer_group_committed_offset",
+            "Committed offset of a group on a partition",
+            labels=["group", "topic", "partition"],
+        )
+        lag = GaugeMetricFamily(
+            "pykraft_consumer_group_lag",
+            "High watermark minus the committed offset (partitions hosted here)",
+            labels=["group", "topic", "partition"],
+        )
+        for group_id, tps in sorted(committed.items()):
+            for (topic, partition), offset in sorted(tps.items()):
+                labels = [group_id, topic, str(partition)]
+                offsets.add_metric(labels, offset)
+                if (topic, partition) in hws:
+                    lag.add_metric(labels, max(0, hws[(topic, partition)] - offset))
+        groups = GaugeMetricFamily(
+            "pykraft_consumer_groups", "Groups coordinated here, by state", labels=["state"]
+        )
+        for state, count in sorted(states.items()):
+            groups.add_metric([state], count)
+        return [offsets, lag, groups]
+
+
 class BrokerMetrics:
     """One broker's registry: the collector plus event counters and request histograms."""
 
     def __init__(self, manager: ReplicaManager) -> None:
         self.registry = CollectorRegistry()
+        self._manager = manager
         self.registry.register(ReplicaCollector(manager))
         self.isr_shrinks = Counter(
             "pykraft_broker_isr_shrinks", "ISR shrinks of partitions led here", registry=self.registry
@@ -100,11 +177,18 @@ class BrokerMetrics:
             "pykraft_broker_requests", "Requests handled, by API", ["api"], registry=self.registry
         )
         self.latency = Histogram(
-            "pykraft_broker_request_latency_seconds", "Request handling time, by API", ["api"],
-            buckets=LATENCY_BUCKETS_S, registry=self.registry,
-        )  # fmt: skip
+            "pykraft_broker_request_latency_seconds",
+            "Request handling time, by API",
+            ["api"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
 
         self._isr_seen: dict[tuple[str, int], tuple[int, frozenset[int]]] = {}
+
+    def register_group_lag(self, core: GroupCoordinator) -> None:
+        """Export the committed offsets and lag of the groups ``core`` coordinates."""
+        self.registry.register(GroupLagCollector(self._manager, core))
 
     def observe_isr(self, partitions: Iterable[Partition]) -> None:
         """Count shrinks/expands of led partitions since the last call (see the module docstring)."""

@@ -49,6 +49,7 @@ from broker.broker_service import AdminForwarder, BrokerServicer
 from broker.config import BrokerConfig, BrokerConfigError, config_from
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
+from broker.group_service import GroupDriver, GroupServicer, group_config_from
 from broker.log_cleaner import LogCleanerDriver
 from broker.metrics import BrokerMetrics, RequestTimer
 from broker.partition import AlterPartitionProposal
@@ -64,6 +65,7 @@ from proto import (
     common_pb2,
     controller_pb2,
     controller_pb2_grpc,
+    group_pb2_grpc,
     metadata_pb2,
     replica_pb2_grpc,
 )
@@ -80,6 +82,7 @@ SERVICE_NAMES = [
     "pykraft.broker.BrokerService",
     "pykraft.replica.ReplicaService",
     "pykraft.admin.AdminService",
+    "pykraft.group.GroupService",
 ]
 LISTENER_NAME = "PLAINTEXT"
 RETRY_BACKOFF_S = 0.1
@@ -185,6 +188,10 @@ class BrokerNode:
         )
         self.fetchers.manager = self.manager
         self.metrics = BrokerMetrics(self.manager)
+        self.groups = GroupDriver(
+            self.manager, group_config_from(settings), monotonic_ms, settings.offsets_commit_timeout_ms
+        )
+        self.metrics.register_group_lag(self.groups.core)
         self.metrics_endpoint: MetricsEndpoint | None = None
         self._tasks: list[asyncio.Task] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -220,6 +227,13 @@ class BrokerNode:
             ReplicaServicer(self.manager, monotonic_ms, self.metrics.observe_request), self.server
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminForwarder(self.forward_admin), self.server)
+        group_pb2_grpc.add_GroupServiceServicer_to_server(
+            GroupServicer(
+                self.groups, self.forward_admin, self.config.settings.offsets_topic_num_partitions,
+                self.config.settings.offsets_topic_replication_factor,
+            ),
+            self.server,
+        )  # fmt: skip
         self.health = add_standard_services(self.server, SERVICE_NAMES)
         await self.health.set_serving(False)
         if self.server.add_insecure_port(self.config.listen) == 0:
@@ -312,6 +326,7 @@ class BrokerNode:
                 await task
         if self._timer is not None:
             self._timer.cancel()
+        await self.groups.stop()
         await self.fetchers.stop()
         self.manager.close()
         if self.metrics_endpoint is not None:

@@ -1,0 +1,483 @@
+"""GroupService on a data broker (proto/group.proto): the gRPC edge and the asyncio driver of the
+sans-I/O ``broker.group_coordinator.GroupCoordinator``.
+
+The driver (``GroupDriver``) does the coordinator's I/O on the broker's event loop:
+
+- requests get a request id and a future; the core's ``Effects`` answer them, now or later (a parked
+  JoinGroup/SyncGroup), and list records to append to ``__consumer_offsets``;
+- each ``Append`` becomes one RecordBatch appended with acks=all through the ``ReplicaManager``
+  (``offsets.commit.timeout.ms``); its outcome goes back with ``complete_append``;
+- one timer at the core's ``next_deadline_ms`` runs ``tick`` (sessions, join/sync phases);
+- ``ReplicaManager.role_listeners``: becoming leader of an ``__consumer_offsets`` partition starts a
+  load task (the partition's log from its start to its end, replayed in chunks, yielding to the loop
+  between them; requests meanwhile answer COORDINATOR_LOAD_IN_PROGRESS); losing it unloads. A load
+  that is overtaken by another role change stops without effect (a token per partition).
+
+FindCoordinator creates ``__consumer_offsets`` on first use through the controllers
+(``offsets.topic.num.partitions``, ``offsets.topic.replication.factor`` or min(3, live brokers),
+``cleanup.policy=compact``) and names the leader of ``partition_for(group)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.group_coordinator import Append, Effects, GroupConfig, GroupCoordinator
+from broker.group_metadata import OFFSETS_TOPIC, partition_for
+from broker.group_requests import (
+    OK,
+    GroupError,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    MemberIdentity,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    error,
+)
+from broker.offsets_codec import CorruptOffsetsRecordError, decode_batches, decode_record, encode_batch
+from broker.partition import ACKS_ALL
+from broker.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
+from metadata.records import NO_LEADER
+from proto import admin_pb2, common_pb2, group_pb2, group_pb2_grpc
+from proto.errors import ErrorCode
+from storage.log import wall_clock_ms
+
+log = logging.getLogger(__name__)
+
+LOAD_CHUNK_BYTES = 1 << 20
+TOPIC_WAIT_S = 3.0  # how long FindCoordinator waits for a just-created offsets topic to get leaders
+TOPIC_POLL_S = 0.05
+COMPACT = {"cleanup.policy": "compact"}
+
+CreateTopics = Callable[[str, Any], Awaitable[Any]]  # (admin method, request) -> response
+
+
+def _optional(message: Any, name: str) -> str | None:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def fill(message: Any, obj: Any) -> Any:
+    """Copy a response dataclass into its protobuf message (same field names; None = unset)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value is None:
+            continue
+        descriptor = message.DESCRIPTOR.fields_by_name[f.name]
+        if descriptor.is_repeated and descriptor.message_type is not None:
+            target = getattr(message, f.name)
+            for item in value:
+                fill(target.add(), item)
+        elif descriptor.is_repeated:
+            getattr(message, f.name).extend(value)
+        elif descriptor.message_type is not None:
+            fill(getattr(message, f.name), value)
+        else:
+            setattr(message, f.name, value)
+    return message
+
+
+def _error_pb(problem: GroupError) -> common_pb2.Error:
+    return common_pb2.Error(code=int(problem.code), message=problem.message)
+
+
+class GroupDriver:
+    """Runs the group coordinator core on the broker's event loop (module docstring)."""
+
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        config: GroupConfig,
+        clock_ms: Callable[[], int],
+        commit_timeout_ms: int,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.manager = manager
+        self.core = GroupCoordinator(config, rng or random.Random())
+        self.clock_ms = clock_ms
+        self.commit_timeout_ms = commit_timeout_ms
+        self._futures: dict[int, asyncio.Future] = {}
+        self._next_request_id = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_ms: int | None = None
+        self._load_tokens: dict[int, object] = {}
+        self._tasks: set[asyncio.Task] = set()
+        manager.role_listeners.append(self.on_role)
+
+    # ---- requests ---------------------------------------------------------------------------------
+
+    async def call(self, handle: Callable[[int], Effects]) -> Any:
+        """Run ``handle(request_id)`` on the core and wait for the answer to that request."""
+        self._next_request_id += 1
+        request_id = self._next_request_id
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._futures[request_id] = future
+        try:
+            self.dispatch(handle(request_id))
+            return await future
+        finally:
+            self._futures.pop(request_id, None)
+
+    def dispatch(self, fx: Effects) -> None:
+        for request_id, response in fx.responses:
+            future = self._futures.pop(request_id, None)
+            if future is not None and not future.done():
+                future.set_result(response)
+        for append in fx.appends:
+            self._append(append)
+        self._reschedule()
+
+    def _append(self, append: Append) -> None:
+        tp = (OFFSETS_TOPIC, append.partition)
+        try:
+            batch = encode_batch(append.records, wall_clock_ms())
+        except Exception as exc:  # a record the codec refuses: fail the request, keep the broker
+            log.exception("cannot encode __consumer_offsets records")
+            self.dispatch(
+                self.core.complete_append(
+                    append.append_id, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), self.clock_ms()
+                )
+            )
+            return
+
+        def done(results: dict[tuple[str, int], ProduceResult]) -> None:
+            result = results[tp]
+            self.dispatch(
+                self.core.complete_append(append.append_id, result.code, result.message, self.clock_ms())
+            )
+
+        self.manager.produce(
+            ACKS_ALL,
+            self.commit_timeout_ms,
+            [ProduceRequestPartition(tp, batch, None)],
+            self.clock_ms(),
+            done,
+        )
+
+    # ---- timer ------------------------------------------------------------------------------------
+
+    def _reschedule(self) -> None:
+        deadline = self.core.next_deadline_ms()
+        if deadline == self._timer_ms:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_ms = None, None
+        if deadline is None:
+            return
+        delay_s = max(0.0, (deadline - self.clock_ms()) / 1000)
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+        self._timer_ms = deadline
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_ms = None, None
+        self.dispatch(self.core.tick(self.clock_ms()))
+
+    # ---- leadership of __consumer_offsets partitions ----------------------------------------------
+
+    def partition_count(self) -> int | None:
+        topic = self.manager.image.topic_by_name(OFFSETS_TOPIC)
+        return None if topic is None else len(topic.partitions)
+
+    def on_role(self, tp: tuple[str, int], is_leader: bool, leader_epoch: int) -> None:
+        if tp[0] != OFFSETS_TOPIC:
+            return
+        partition = tp[1]
+        count = self.partition_count()
+        if is_leader and count is not None:
+            token = object()
+            self._load_tokens[partition] = token
+            self.dispatch(self.core.begin_loading(partition, count))
+            task = asyncio.get_running_loop().create_task(self._load(partition, token, leader_epoch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif partition in self.core.loaded | self.core.loading:
+            self._load_tokens.pop(partition, None)
+            self.dispatch(self.core.unload(partition))
+            log.info("__consumer_offsets-%d: unloaded its groups (leadership moved)", partition)
+
+    async def _load(self, partition: int, token: object, leader_epoch: int) -> None:
+        """Replay the partition's log into the core, a chunk per loop iteration."""
+        plog = self.manager.logs.get((OFFSETS_TOPIC, partition))
+        offset, end = (plog.log_start_offset, plog.log_end_offset) if plog is not None else (0, 0)
+        records = 0
+        while offset < end:
+            await asyncio.sleep(0)
+            if (
+                self._load_tokens.get(partition) is not token
+                or self.manager.logs.get((OFFSETS_TOPIC, partition)) is not plog
+            ):
+                return
+            data = plog.read(max(offset, plog.log_start_offset), LOAD_CHUNK_BYTES, max_offset=end)  # type: ignore[union-attr]
+            if not data:
+                break
+            for next_offset, key, value in decode_batches(data):
+                offset = next_offset
+                if key is None and value is None:
+                    continue
+                try:
+                    self.core.replay(partition, decode_record(key, value))
+                    records += 1
+                except CorruptOffsetsRecordError as exc:  # Kafka fails the load; we report and go on
+                    log.error(
+                        "%s-%d: a record before offset %d does not decode (%s); skipped",
+                        OFFSETS_TOPIC,
+                        partition,
+                        next_offset,
+                        exc,
+                    )
+        if self._load_tokens.get(partition) is not token:
+            return
+        self.core.complete_loading(partition, self.clock_ms())
+        self._reschedule()
+        log.info(
+            "__consumer_offsets-%d: loaded %d records up to offset %d (leader epoch %d)",
+            partition,
+            records,
+            end,
+            leader_epoch,
+        )
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+
+
+class GroupServicer(group_pb2_grpc.GroupServiceServicer):
+    """GroupService: protobuf <-> the core's dataclasses; every rule is in the core."""
+
+    def __init__(
+        self,
+        driver: GroupDriver,
+        forward_admin: CreateTopics,
+        offsets_topic_num_partitions: int,
+        offsets_topic_replication_factor: int,
+    ) -> None:
+        self.driver = driver
+        self.core = driver.core
+        self.forward_admin = forward_admin
+        self.num_partitions = offsets_topic_num_partitions
+        self.replication_factor = offsets_topic_replication_factor
+
+    # ---- FindCoordinator ----------------------------------------------------------------------------
+
+    async def FindCoordinator(self, request, context):
+        if not request.key:
+            return self._no_coordinator(ErrorCode.INVALID_GROUP_ID, "the group id (key) must not be empty")
+        image = self.driver.manager.image
+        if image.topic_by_name(OFFSETS_TOPIC) is None:
+            problem = await self._create_offsets_topic()
+            if problem is not None:
+                return self._no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, problem)
+        topic = self.driver.manager.image.topic_by_name(OFFSETS_TOPIC)
+        assert topic is not None
+        partition = partition_for(request.key, len(topic.partitions))
+        leader = topic.partitions[partition].leader
+        broker = self.driver.manager.image.brokers.get(leader)
+        if leader == NO_LEADER or broker is None or not broker.endpoints:
+            return self._no_coordinator(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{partition} has no leader now; retry"
+            )
+        endpoint = broker.endpoints[0]
+        return group_pb2.FindCoordinatorResponse(
+            error=common_pb2.Error(code=0),
+            node_id=leader,
+            host=endpoint.host,
+            port=endpoint.port,
+            partition=partition,
+        )
+
+    @staticmethod
+    def _no_coordinator(code: ErrorCode, message: str) -> group_pb2.FindCoordinatorResponse:
+        return group_pb2.FindCoordinatorResponse(
+            error=common_pb2.Error(code=int(code), message=message), node_id=-1, partition=-1
+        )
+
+    async def _create_offsets_topic(self) -> str | None:
+        """Create ``__consumer_offsets`` (an existing one is fine), then wait until every partition has
+        a leader in this broker's metadata. Returns a problem to report, or None."""
+        image = self.driver.manager.image
+        replication = self.replication_factor
+        if replication < 0:
+            replication = max(1, min(3, len(image.usable_brokers())))
+        request = admin_pb2.CreateTopicsRequest(
+            topics=[
+                admin_pb2.CreateTopicsRequest.CreatableTopic(
+                    name=OFFSETS_TOPIC,
+                    num_partitions=self.num_partitions,
+                    replication_factor=replication,
+                    configs=COMPACT,
+                )
+            ]
+        )
+        response = await self.forward_admin("CreateTopics", request)
+        code = response.error.code or (response.topics[0].error.code if response.topics else 0)
+        if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            message = response.error.message or (response.topics[0].error.message if response.topics else "")
+            return f"creating {OFFSETS_TOPIC} failed: {ErrorCode(code).name} {message}; retry"
+        deadline = asyncio.get_running_loop().time() + TOPIC_WAIT_S
+        while asyncio.get_running_loop().time() < deadline:
+            topic = self.driver.manager.image.topic_by_name(OFFSETS_TOPIC)
+            if topic is not None and all(p.leader != NO_LEADER for p in topic.partitions.values()):
+                return None
+            await asyncio.sleep(TOPIC_POLL_S)
+        return f"{OFFSETS_TOPIC} is being created; retry"
+
+    # ---- the group protocol -------------------------------------------------------------------------
+
+    async def JoinGroup(self, request, context):
+        req = JoinGroupRequest(
+            request.group_id,
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms,
+            request.member_id,
+            _optional(request, "group_instance_id"),
+            request.protocol_type,
+            tuple((p.name, p.metadata) for p in request.protocols),
+            request.client_id,
+            context.peer() if context is not None else "",
+            request.reason,
+        )
+        response = await self.driver.call(
+            lambda rid: self.core.handle_join_group(rid, req, self.driver.clock_ms())
+        )
+        return fill(group_pb2.JoinGroupResponse(), response)
+
+    async def SyncGroup(self, request, context):
+        req = SyncGroupRequest(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            _optional(request, "group_instance_id"),
+            request.protocol_type,
+            request.protocol_name,
+            tuple((a.member_id, a.assignment) for a in request.assignments),
+        )
+        response = await self.driver.call(
+            lambda rid: self.core.handle_sync_group(rid, req, self.driver.clock_ms())
+        )
+        return fill(group_pb2.SyncGroupResponse(), response)
+
+    async def Heartbeat(self, request, context):
+        req = HeartbeatRequest(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            _optional(request, "group_instance_id"),
+        )
+        response, fx = self.core.handle_heartbeat(req, self.driver.clock_ms())
+        self.driver.dispatch(fx)
+        return fill(group_pb2.HeartbeatResponse(), response)
+
+    async def LeaveGroup(self, request, context):
+        members = tuple(
+            MemberIdentity(m.member_id, _optional(m, "group_instance_id"), m.reason) for m in request.members
+        )
+        response, fx = self.core.handle_leave_group(
+            LeaveGroupRequest(request.group_id, members), self.driver.clock_ms()
+        )
+        self.driver.dispatch(fx)
+        return fill(group_pb2.LeaveGroupResponse(), response)
+
+    # ---- offsets ------------------------------------------------------------------------------------
+
+    async def OffsetCommit(self, request, context):
+        image = self.driver.manager.image
+        unknown: dict[tuple[str, int], GroupError] = {}
+        known: list[OffsetCommitPartition] = []
+        for topic in request.topics:
+            t = image.topic_by_name(topic.name)
+            for p in topic.partitions:
+                if t is None or p.partition not in t.partitions:
+                    unknown[(topic.name, p.partition)] = error(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic.name}-{p.partition} does not exist"
+                    )
+                else:
+                    known.append(
+                        OffsetCommitPartition(
+                            topic.name,
+                            p.partition,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.committed_metadata,
+                        )
+                    )
+        req = OffsetCommitRequest(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            _optional(request, "group_instance_id"),
+            tuple(known),
+        )
+        if known or not unknown:
+            response = await self.driver.call(
+                lambda rid: self.core.handle_offset_commit(rid, req, self.driver.clock_ms(), wall_clock_ms())
+            )
+        else:
+            response = OffsetCommitResponse(OK, {})
+        out = group_pb2.OffsetCommitResponse(error=_error_pb(response.error))
+        results = {**unknown, **response.partitions}
+        for topic in request.topics:
+            entry = out.topics.add(name=topic.name)
+            for p in topic.partitions:
+                outcome = results.get((topic.name, p.partition), response.error)
+                entry.partitions.add(partition=p.partition, error=_error_pb(outcome))
+        return out
+
+    async def OffsetFetch(self, request, context):
+        wanted = None
+        if request.topics:
+            wanted = tuple((t.name, p) for t in request.topics for p in t.partitions)
+        response = self.core.handle_offset_fetch(OffsetFetchRequest(request.group_id, wanted))
+        out = group_pb2.OffsetFetchResponse(error=_error_pb(response.error))
+        by_topic: dict[str, Any] = {}
+        for (topic, partition), fetched in response.partitions.items():
+            if topic not in by_topic:
+                by_topic[topic] = out.topics.add(name=topic)
+            fill(by_topic[topic].partitions.add(partition=partition), fetched)
+        return out
+
+    # ---- List / Describe / Delete -------------------------------------------------------------------
+
+    async def ListGroups(self, request, context):
+        out = group_pb2.ListGroupsResponse(error=common_pb2.Error(code=0))
+        if self.core.partition_count is not None:
+            for listed in self.core.handle_list_groups(tuple(request.states_filter)):
+                fill(out.groups.add(), listed)
+        return out
+
+    async def DescribeGroups(self, request, context):
+        out = group_pb2.DescribeGroupsResponse()
+        for group_id in request.groups:
+            fill(out.groups.add(), self.core.handle_describe_group(group_id))
+        return out
+
+    async def DeleteGroups(self, request, context):
+        groups = tuple(request.groups)
+        if not groups:
+            return group_pb2.DeleteGroupsResponse()
+        response = await self.driver.call(
+            lambda rid: self.core.handle_delete_groups(rid, groups, self.driver.clock_ms())
+        )
+        return fill(group_pb2.DeleteGroupsResponse(), response)
+
+
+def group_config_from(settings: Any) -> GroupConfig:
+    """The core's settings from ``broker.config.BrokerSettings`` (Kafka's ``group.*`` names)."""
+    return GroupConfig(
+        min_session_timeout_ms=settings.group_min_session_timeout_ms,
+        max_session_timeout_ms=settings.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+        max_size=settings.group_max_size,
+        offset_metadata_max_bytes=settings.offset_metadata_max_bytes,
+    )

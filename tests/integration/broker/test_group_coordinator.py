@@ -1,0 +1,255 @@
+"""The group coordinator on real broker processes, driven with raw GroupService stubs (the coordinator's
+side of the protocol; the consumer's side is tested with pykraft.Consumer elsewhere).
+
+- two members join, sync and heartbeat into one Stable generation; one stops heartbeating and the
+  other is told to rebalance within the session timeout, then forms generation 2 alone;
+- committed offsets survive a SIGKILL of the coordinator's broker: FindCoordinator names the new
+  leader of the group's ``__consumer_offsets`` partition, which loads the log and returns every
+  committed offset;
+- the coordinator exports the group's committed offset and lag on /metrics.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+from broker_cluster import RPC_TIMEOUT_S, BrokerCluster, running_cluster, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+from proto import group_pb2, group_pb2_grpc
+from proto.errors import ErrorCode
+
+pytestmark = pytest.mark.integration
+
+SESSION_MS = 1500
+GROUP_OVERRIDES = {
+    "group.min.session.timeout.ms": "500",
+    "group.initial.rebalance.delay.ms": "300",
+    "offsets.topic.num.partitions": "3",
+}
+RETRIABLE = {
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    with running_cluster(Path(tmp_path_factory.mktemp("groups")), **GROUP_OVERRIDES) as bc:
+        yield bc
+
+
+class Coordinator:
+    """Raw GroupService calls to the current coordinator of one group, found again on a retriable error."""
+
+    def __init__(self, cluster: BrokerCluster, group: str) -> None:
+        self.cluster = cluster
+        self.group = group
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+        self.node_id = -1
+
+    def stub(self, address: str) -> group_pb2_grpc.GroupServiceStub:
+        with self._lock:
+            if address not in self._channels:
+                self._channels[address] = grpc.insecure_channel(address)
+            return group_pb2_grpc.GroupServiceStub(self._channels[address])
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+
+    def find(self, timeout_s: float = 30.0) -> group_pb2_grpc.GroupServiceStub:
+        def ask() -> group_pb2.FindCoordinatorResponse | None:
+            for spec in self.cluster.cluster.broker_nodes:
+                if not self.cluster.cluster.is_running(spec):
+                    continue
+                response = self.stub(spec.address).FindCoordinator(
+                    group_pb2.FindCoordinatorRequest(key=self.group), timeout=RPC_TIMEOUT_S
+                )
+                if response.error.code == ErrorCode.NONE:
+                    return response
+            return None
+
+        found = wait_for(ask, timeout_s, f"the coordinator of {self.group}")
+        self.node_id = found.node_id  # type: ignore[union-attr]
+        return self.stub(f"{found.host}:{found.port}")  # type: ignore[union-attr]
+
+    def call(self, method: str, request, timeout_s: float = 30.0):
+        """Call ``method`` on the coordinator; retriable coordinator errors find it again."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                response = getattr(self.find(), method)(request, timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError:  # the named coordinator just died: the metadata has not caught up yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+                continue
+            code = ErrorCode(response.error.code) if hasattr(response, "error") else ErrorCode.NONE
+            if code not in RETRIABLE or time.monotonic() > deadline:
+                return response
+            time.sleep(0.1)
+
+    # ---- the protocol ---------------------------------------------------------------------------
+
+    def join(self, member_id: str = "", metadata: bytes = b"events") -> group_pb2.JoinGroupResponse:
+        request = group_pb2.JoinGroupRequest(
+            group_id=self.group,
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=10_000,
+            member_id=member_id,
+            protocol_type="consumer",
+            client_id="it",
+            protocols=[group_pb2.JoinGroupProtocol(name="range", metadata=metadata)],
+        )
+        response = self.call("JoinGroup", request)
+        if (
+            response.error.code == ErrorCode.UNKNOWN_MEMBER_ID
+        ):  # expired meanwhile: join as new, as a client does
+            request.member_id = ""
+            response = self.call("JoinGroup", request)
+        if response.error.code == ErrorCode.MEMBER_ID_REQUIRED:
+            request.member_id = response.member_id
+            response = self.call("JoinGroup", request)
+        assert response.error.code == ErrorCode.NONE, response
+        return response
+
+    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None):
+        request = group_pb2.SyncGroupRequest(
+            group_id=self.group,
+            generation_id=generation,
+            member_id=member_id,
+            assignments=[
+                group_pb2.SyncGroupAssignment(member_id=m, assignment=a)
+                for m, a in (assignments or {}).items()
+            ],
+        )
+        return self.call("SyncGroup", request)
+
+    def heartbeat(self, member_id: str, generation: int) -> ErrorCode:
+        request = group_pb2.HeartbeatRequest(
+            group_id=self.group, generation_id=generation, member_id=member_id
+        )
+        return ErrorCode(self.call("Heartbeat", request).error.code)
+
+    def commit(self, offsets: dict[int, int], topic: str, member_id: str = "", generation: int = -1):
+        request = group_pb2.OffsetCommitRequest(
+            group_id=self.group,
+            generation_id=generation,
+            member_id=member_id,
+            topics=[
+                group_pb2.OffsetCommitTopic(
+                    name=topic,
+                    partitions=[
+                        group_pb2.OffsetCommitPartition(
+                            partition=p, committed_offset=o, committed_leader_epoch=-1
+                        )
+                        for p, o in offsets.items()
+                    ],
+                )
+            ],
+        )
+        return self.call("OffsetCommit", request)
+
+    def fetch_offsets(self) -> dict[tuple[str, int], int]:
+        response = self.call("OffsetFetch", group_pb2.OffsetFetchRequest(group_id=self.group))
+        assert response.error.code == ErrorCode.NONE, response
+        return {(t.name, p.partition): p.committed_offset for t in response.topics for p in t.partitions}
+
+
+@pytest.fixture
+def coordinator(cluster: BrokerCluster, request: pytest.FixtureRequest) -> Iterator[Coordinator]:
+    c = Coordinator(cluster, f"group-{request.node.name}")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_two_members_then_one_stops_heartbeating(coordinator: Coordinator) -> None:
+    """Join (KIP-394 member id), sync, heartbeat; a silent member is expired within its session timeout
+    and the survivor forms the next generation alone."""
+    coordinator.find()  # creates __consumer_offsets on first use
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda _: coordinator.join(), range(2))
+        for _ in range(5):  # a member that got an older generation rejoins, as a consumer would
+            if first.generation_id == second.generation_id:
+                break
+            first, second = pool.map(lambda j: coordinator.join(j.member_id), (first, second))
+    assert first.generation_id == second.generation_id >= 1 and first.leader == second.leader
+    leader = first if first.member_id == first.leader else second
+    other = second if leader is first else first
+    assert {m.member_id for m in leader.members} == {first.member_id, second.member_id}
+    assert other.members == []
+    generation = leader.generation_id
+    assignment = {leader.member_id: b"p0", other.member_id: b"p1"}
+    with ThreadPoolExecutor(2) as pool:
+        synced = dict(
+            zip(
+                (leader.member_id, other.member_id),
+                pool.map(
+                    lambda m: coordinator.sync(m, generation, assignment if m == leader.member_id else None),
+                    (leader.member_id, other.member_id),
+                ),
+                strict=True,
+            )
+        )
+    assert {m: s.assignment for m, s in synced.items()} == assignment
+    assert all(coordinator.heartbeat(m, generation) == ErrorCode.NONE for m in assignment)
+
+    stopped = time.monotonic()  # ``other`` goes silent; ``leader`` keeps heartbeating
+
+    def rebalancing() -> bool:
+        return coordinator.heartbeat(leader.member_id, generation) == ErrorCode.REBALANCE_IN_PROGRESS
+
+    wait_for(rebalancing, 10, "REBALANCE_IN_PROGRESS after the silent member's session", interval_s=0.2)
+    assert time.monotonic() - stopped < SESSION_MS / 1000 + 3.0
+    rejoined = coordinator.join(leader.member_id)
+    assert rejoined.generation_id == generation + 1
+    assert [m.member_id for m in rejoined.members] == [leader.member_id]
+    assert coordinator.heartbeat(other.member_id, generation) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_committed_offsets_survive_coordinator_sigkill(
+    cluster: BrokerCluster, coordinator: Coordinator
+) -> None:
+    topic = "group-events"
+    cluster.create_topic(topic, partitions=3)
+    member = coordinator.join()
+    coordinator.sync(member.member_id, member.generation_id, {member.member_id: b"all"})
+    committed = {0: 11, 1: 22, 2: 33}
+    answer = coordinator.commit(committed, topic, member.member_id, member.generation_id)
+    assert [p.error.code for t in answer.topics for p in t.partitions] == [0, 0, 0], answer
+    stale = coordinator.commit({0: 99}, topic, member.member_id, member.generation_id - 1)
+    assert stale.topics[0].partitions[0].error.code == ErrorCode.ILLEGAL_GENERATION
+    assert coordinator.fetch_offsets() == {(topic, p): o for p, o in committed.items()}
+
+    old = coordinator.node_id
+    cluster.cluster.kill_node(cluster.broker(old))
+    started = time.monotonic()
+    offsets = coordinator.fetch_offsets()  # retries NOT_COORDINATOR / LOAD_IN_PROGRESS until served
+    assert coordinator.node_id != old
+    assert offsets == {(topic, p): o for p, o in committed.items()}
+    assert time.monotonic() - started < 30
+    described = coordinator.call(
+        "DescribeGroups", group_pb2.DescribeGroupsRequest(groups=[coordinator.group])
+    )
+    assert described.groups[0].group_state in ("Stable", "PreparingRebalance", "Empty")
+
+    spec = cluster.broker(coordinator.node_id)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{spec.metrics_port}/metrics", timeout=5).read().decode()
+    samples = {
+        (s.name, s.labels.get("group"), s.labels.get("partition")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("pykraft_consumer_group_committed_offset", coordinator.group, "1")] == 22
