@@ -1,0 +1,135 @@
+"""Log compaction against real processes: 3 controllers + 3 brokers, the cleaner every 200 ms.
+
+Issue 8: a compacted topic produced with repeated keys reads back — from the beginning, with the
+pykraft Consumer — as "last value per key", every record at the offset it was produced at, tombstoned
+keys gone after delete.retention.ms; and produce and fetch keep working while the cleaner runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proto import errors
+from pykraft.consumer import Consumer
+from pykraft.producer import Producer
+from pykraft.types import ConsumerRecord, TopicPartition
+from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
+
+pytestmark = [pytest.mark.integration]
+
+KEYS = [b"key-%02d" % i for i in range(20)]
+TOMBSTONED = KEYS[:3]
+TIMEOUT_S = 60.0
+SEND_LATENCY_MAX_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    with running_cluster(
+        Path(tmp_path_factory.mktemp("compaction")), **{"log.cleaner.backoff.ms": "200"}
+    ) as bc:
+        yield bc
+
+
+def read_from_beginning(bootstrap: str, topic: str, end_offset: int) -> list[ConsumerRecord]:
+    """Every record of partition 0 below ``end_offset``, read from the log start (bounded in time)."""
+    tp = TopicPartition(topic, 0)
+    records: list[ConsumerRecord] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    with Consumer(bootstrap, auto_offset_reset="earliest", retry_backoff_ms=50) as consumer:
+        consumer.assign([tp])
+        while consumer.position(tp, timeout_ms=10_000) < end_offset:
+            assert time.monotonic() < deadline, f"read only up to {consumer.position(tp)} of {end_offset}"
+            records += consumer.poll(200)
+    return [r for r in records if r.offset < end_offset]
+
+
+class KeyedWriter(threading.Thread):
+    """Produces ``(key, value)`` records cycling over KEYS until stopped; remembers what each acked
+    offset holds and the slowest acknowledgement."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer(bootstrap, acks="all", linger_ms=2, batch_size=2048, request_timeout_ms=5000)
+        self.topic = topic
+        self.produced: dict[int, tuple[bytes, bytes | None]] = {}
+        self.slowest_s = 0.0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def send(self, *records: tuple[bytes, bytes | None]) -> None:
+        """Send ``records`` (pipelined) and wait for every acknowledgement."""
+        started = time.monotonic()
+        futures = [self.producer.send(self.topic, value, key=key, partition=0) for key, value in records]
+        for (key, value), future in zip(records, futures, strict=True):
+            self.produced[future.result(SEND_LATENCY_MAX_S * 2).offset] = (key, value)
+        self.slowest_s = max(self.slowest_s, time.monotonic() - started)
+
+    def run(self) -> None:
+        sequence = 0
+        try:
+            while not self.stop.is_set():
+                self.send(*[(key, b"%s=%06d" % (key, sequence)) for key in KEYS[len(TOMBSTONED) :]])
+                sequence += 1
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def test_compacted_topic_reads_back_as_last_value_per_key(cluster: BrokerCluster) -> None:
+    topic = "compacted"
+    cluster.create_topic(
+        topic, partitions=1, rf=3, cleanup_policy="compact", segment_bytes="16384",
+        min_cleanable_dirty_ratio="0.01", delete_retention_ms="0", min_insync_replicas="2",
+    )  # fmt: skip
+    bootstrap = cluster.cluster.bootstrap
+    writer = KeyedWriter(bootstrap, topic)
+    try:
+        for round_ in range(30):  # every key, many times; the first keys end with a tombstone
+            writer.send(*[(key, b"%s=first-%02d" % (key, round_)) for key in KEYS])
+        writer.send(*[(key, None) for key in TOMBSTONED])
+        writer.start()  # keeps producing (and rolling segments) while the cleaner works
+        produced_before = len(writer.produced)
+
+        def compacted() -> bool:
+            end = max(writer.produced) + 1
+            read = read_from_beginning(bootstrap, topic, end)
+            return len(read) < end // 2 and not any(r.key in TOMBSTONED for r in read)
+
+        wait_for(compacted, TIMEOUT_S, "the cleaner to compact the topic and drop its tombstones", 0.5)
+        assert writer.error is None, writer.error
+        assert len(writer.produced) > produced_before, "produce stalled while the cleaner ran"
+    finally:
+        writer.stop.set()
+        writer.join(SEND_LATENCY_MAX_S * 3)
+        writer.producer.close()
+    assert writer.error is None, writer.error
+    assert writer.slowest_s < SEND_LATENCY_MAX_S, f"an acks=all send took {writer.slowest_s:.1f} s"
+
+    produced = writer.produced  # every record the writer sent, all acknowledged, by offset
+    end = max(produced) + 1
+    records = read_from_beginning(bootstrap, topic, end)
+    for record in records:  # offsets never change: each record is the one produced at its offset
+        assert produced.get(record.offset) == (record.key, record.value), record
+    assert [r.offset for r in records] == sorted({r.offset for r in records})
+    last = {}
+    for offset in sorted(produced):
+        key, value = produced[offset]
+        last[key] = value
+    read_last = {r.key: r.value for r in records}
+    assert read_last == {k: v for k, v in last.items() if v is not None}
+    assert len(records) < len(produced) // 2, f"{len(records)} of {len(produced)} records left"
+    print(f"compaction: {len(records)} of {len(produced)} records left; slowest send {writer.slowest_s:.2f} s")
+
+
+def test_keyless_record_is_refused_by_a_compacted_topic(cluster: BrokerCluster) -> None:
+    topic = "compacted-keyless"
+    cluster.create_topic(topic, partitions=1, rf=3, cleanup_policy="compact")
+    with Producer(cluster.cluster.bootstrap, acks="all", retries=0, request_timeout_ms=5000) as producer:
+        with pytest.raises(errors.InvalidRecordError, match="has no key"):
+            producer.send(topic, b"no key", partition=0).result(30)
+        assert producer.send(topic, b"keyed", key=b"k", partition=0).result(30).offset == 0
