@@ -123,7 +123,7 @@ def test_compacted_topic_reads_back_as_last_value_per_key(cluster: BrokerCluster
     read_last = {r.key: r.value for r in records}
     assert read_last == {k: v for k, v in last.items() if v is not None}
     assert len(records) < len(produced) // 2, f"{len(records)} of {len(produced)} records left"
-    print(f"compaction: {len(records)} of {len(produced)} records left; slowest send {writer.slowest_s:.2f} s")
+    print(f"compaction: {len(records)} of {len(produced)} records left, slowest send {writer.slowest_s:.2f}s")
 
 
 def test_keyless_record_is_refused_by_a_compacted_topic(cluster: BrokerCluster) -> None:
