@@ -7,6 +7,7 @@ Fault kinds (``KINDS``); targets are chosen when the fault starts, from the clus
 | ``kill-leader`` | SIGKILL the leader of a random partition | restart it |
 | ``kill-controller`` | SIGKILL the active controller | restart it |
 | ``kill-leader-and-controller`` | both at once | restart both |
+| ``kill-two-brokers`` | SIGKILL a leader and another broker at once (KIP-101's 2nd case) | restart both |
 | ``pause-leader`` | SIGSTOP a partition leader longer than the session timeout | SIGCONT |
 | ``pause-controller`` | SIGSTOP the active controller | SIGCONT |
 | ``isolate-leader`` | partition a leader from every other node | heal |
@@ -37,6 +38,7 @@ KINDS = (
     "kill-leader",
     "kill-controller",
     "kill-leader-and-controller",
+    "kill-two-brokers",
     "pause-leader",
     "pause-controller",
     "isolate-leader",
@@ -103,6 +105,10 @@ class Nemesis(threading.Thread):
             return Fault(kind, (self.controller(),), fault_s)
         if kind == "kill-leader-and-controller":
             return Fault(kind, (self.leader(), self.controller()), fault_s)
+        if kind == "kill-two-brokers":
+            leader = self.leader()
+            other = self.rng.choice([b for b in self.cluster.names("broker") if b != leader])
+            return Fault(kind, (leader, other), fault_s)
         if kind in ("isolate-leader", "isolate-controller"):
             node = self.leader() if kind == "isolate-leader" else self.controller()
             return Fault(kind, (node,), fault_s, tuple((node, o) for o in others if o != node))
@@ -145,7 +151,7 @@ def heal(cluster: ChaosCluster, fault: Fault) -> None:
     if fault.pairs:
         cluster.proxy.heal()
     elif fault.kind.startswith("kill"):
-        for name in fault.nodes:
+        for name in random.sample(fault.nodes, len(fault.nodes)):
             cluster.restart(name)
     else:
         for name in fault.nodes:

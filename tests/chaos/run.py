@@ -43,6 +43,7 @@ TOPIC = "chaos"
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "RESULTS.md"
 FINAL_READ_TIMEOUT_S = 90.0
 JOIN_TIMEOUT_S = 60.0
+MAX_DURATION_FACTOR = 2.0
 TopicAlreadyExistsError = errors.exception_class(ErrorCode.TOPIC_ALREADY_EXISTS)
 Schedule = Callable[[ChaosCluster, History, str, Callable[[], int]], None]
 
@@ -59,6 +60,7 @@ class RunConfig:
     topic_configs: dict[str, str] = field(default_factory=lambda: {"min.insync.replicas": "2"})
     overrides: dict[str, str] = field(default_factory=dict)
     admin_ops: bool = True
+    min_faults: int = 0
     schedule: Schedule | None = None  # a scripted nemesis instead of the seeded one
 
 
@@ -149,7 +151,11 @@ def run_nemesis(cluster: ChaosCluster, history: History, config: RunConfig, admi
     nemesis.start()
     start = time.monotonic()
     admin_plan = [(0.3, "create-topic", 1), (0.5, "add-partitions", 0), (0.7, "create-topic", 2)]
-    while (elapsed := time.monotonic() - start) < config.duration_s:
+    faults = lambda: sum(1 for op in history.ops() if op.f == "fault")  # noqa: E731
+    # At least one round of every kind (a loaded machine injects fewer per minute), within a bound.
+    while (elapsed := time.monotonic() - start) < config.duration_s or (
+        faults() < config.min_faults and elapsed < MAX_DURATION_FACTOR * config.duration_s
+    ):
         if config.admin_ops and admin_plan and elapsed >= admin_plan[0][0] * config.duration_s:
             _, f, n = admin_plan.pop(0)
             submit_admin(admin, f, n, topic)
