@@ -29,7 +29,21 @@ Theory of operation (Kafka's ``KafkaConsumer`` + ``Fetcher`` with manual assignm
   those offsets were committed, so a new leader whose HW still lags will reach them — the consumer
   waits (resetting to ``earliest`` there would re-deliver the whole log).
 
-Not thread-safe (like Kafka's consumer): use it from one thread.
+**Consumer groups** (``group_id``; Kafka's ``ConsumerCoordinator``): ``subscribe`` joins the group
+through ``pykraft.group_client`` (state machine in ``pykraft.consumer_coordinator``, assignors in
+``pykraft.assignors``) and the group decides the assignment; ``poll`` (re)joins when needed, calls
+``on_revoke`` / ``on_assign``, and starts each newly assigned partition at its committed offset
+(OffsetFetch) or, with none, per ``auto_offset_reset`` (``"none"`` raises
+``NoOffsetForPartitionError``). ``commit`` (sync, or async returning a future) commits the
+*consumed* positions — the offset after the last record ``poll`` returned, not what was fetched
+ahead — fenced by the generation (``CommitFailedError`` after a rebalance). With
+``enable_auto_commit`` every ``poll`` commits asynchronously once ``auto_commit_interval_ms`` has
+passed (the positions before that poll's records, Kafka's semantics), and the consumer commits
+synchronously before a rebalance revokes partitions and on ``close``. ``close`` leaves the group
+(dynamic members only: a static member's partitions wait for it for its session timeout).
+
+Not thread-safe (like Kafka's consumer): use it from one thread. A group consumer runs one
+background thread for heartbeats.
 """
 
 from __future__ import annotations
@@ -38,7 +52,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -46,6 +60,9 @@ import grpc
 from proto import broker_pb2, errors
 from proto.errors import ErrorCode
 from pykraft.connection import Connections, fetch_metadata, parse_bootstrap, rpc_error_code
+from pykraft.consumer_coordinator import CommitFailedError, GroupConfig
+from pykraft.consumer_group import GroupConsumerMixin
+from pykraft.group_client import GroupClient
 from pykraft.metadata_cache import NO_EPOCH, NO_LEADER, MetadataCache
 from pykraft.types import ConsumerRecord, TimestampType, TopicPartition
 from storage.batch_header import TIMESTAMP_TYPE_MASK
@@ -66,6 +83,20 @@ LEADERSHIP_ERRORS = frozenset(
 )
 OffsetOutOfRangeError = errors.exception_class(ErrorCode.OFFSET_OUT_OF_RANGE)
 IllegalStateError = errors.exception_class(ErrorCode.INVALID_REQUEST)
+PartitionsCallback = Callable[[list[TopicPartition]], None]
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):  # type: ignore[misc,valid-type]
+    """Kafka's ``NoOffsetForPartitionException``: no position, no committed offset, and
+    ``auto_offset_reset="none"``."""
+
+    def __init__(self, partitions: Iterable[TopicPartition]) -> None:
+        self.partitions = sorted(partitions, key=lambda tp: (tp.topic, tp.partition))
+        names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in self.partitions)
+        super().__init__(
+            f"no committed offset and no position for {names}, and auto_offset_reset='none'; "
+            "seek() to an offset, or use auto_offset_reset='earliest' or 'latest'"
+        )
 
 
 class LogTruncationError(OffsetOutOfRangeError):  # type: ignore[misc,valid-type]
@@ -99,6 +130,7 @@ class _PartitionState:
     log_start_offset: int = 0
     reset_to: str | None = None  # a pending seek_to_beginning/end
     retry_after_ms: int = 0
+    awaiting_committed: bool = False  # newly assigned by the group: its committed offset comes first
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +140,7 @@ class _InFlightFetch:
     call: grpc.Future
 
 
-class Consumer:
+class Consumer(GroupConsumerMixin):
     """See the module docstring. Kafka's config names, with ``_`` for ``.``."""
 
     def __init__(
@@ -124,6 +156,15 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        client_id: str = "pykraft",
     ) -> None:
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}, got {auto_offset_reset!r}")
@@ -148,11 +189,28 @@ class Consumer:
         self._answered = threading.Event()  # set by a gRPC callback when a fetch completes
         self.truncations: list[LogTruncation] = []
         self._closed = False
+        self.group_id = group_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self._next_auto_commit_ms = _now_ms() + auto_commit_interval_ms
+        self._on_assign: PartitionsCallback | None = None
+        self._on_revoke: PartitionsCallback | None = None
+        self._group: GroupClient | None = None
+        if group_id is not None:
+            config = GroupConfig(
+                group_id, group_instance_id, session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
+                retry_backoff_ms, tuple(partition_assignment_strategy), client_id,
+            )  # fmt: skip
+            self._group = GroupClient(config, self._connections, self, request_timeout_ms=request_timeout_ms)
 
     # ---- assignment and positions -------------------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (replaces the previous assignment; kept positions stay)."""
+        if self._group is not None and self._group.core.subscribed:
+            raise IllegalStateError(
+                "assign() after subscribe(): call unsubscribe() first (they exclude each other)"
+            )
         wanted = list(dict.fromkeys(partitions))
         self._states = {tp: self._states.get(tp, _PartitionState()) for tp in wanted}
         self._buffer = deque(r for r in self._buffer if TopicPartition(r.topic, r.partition) in self._states)
@@ -160,6 +218,10 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
+
+    @staticmethod
+    def _new_partition_state() -> _PartitionState:
+        return _PartitionState()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         if offset < 0:
@@ -254,7 +316,12 @@ class Consumer:
         if self._closed:
             raise IllegalStateError("poll() after close()")
         deadline = _now_ms() + timeout_ms
+        if self._group is not None:
+            with self._group.lock:
+                self._group.core.on_poll(_now_ms())
         while True:
+            if self._group is not None and self._group.core.subscribed and not self._group_poll(deadline):
+                return []
             if self._buffer:
                 return self._take_buffered()
             self._refresh_metadata()
@@ -278,15 +345,16 @@ class Consumer:
     def _resolve_positions(self) -> None:
         """ListOffsets for partitions without a position (or with a pending seek_to_*)."""
         pending: dict[TopicPartition, str] = {}
+        missing: list[TopicPartition] = []
         for tp, state in self._states.items():
             if state.reset_to is not None:
                 pending[tp] = state.reset_to
-            elif state.position is None:
+            elif state.position is None and not state.awaiting_committed:
                 if self.auto_offset_reset == "none":
-                    raise errors.exception_class(ErrorCode.OFFSET_OUT_OF_RANGE)(
-                        f"{tp} has no position and auto_offset_reset='none'; seek() first"
-                    )
+                    missing.append(tp)
                 pending[tp] = self.auto_offset_reset
+        if missing:
+            raise NoOffsetForPartitionError(missing)
         if not pending:
             return
         by_leader: dict[str, list[TopicPartition]] = {}
@@ -512,6 +580,8 @@ class Consumer:
     def close(self) -> None:
         if self._closed:
             return
+        if self._group is not None:
+            self._close_group()
         self._closed = True
         for fetch in self._in_flight.values():
             fetch.call.cancel()
@@ -529,4 +599,12 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-__all__ = ["Consumer", "ConsumerRecord", "LogTruncation", "LogTruncationError", "TopicPartition"]
+__all__ = [
+    "CommitFailedError",
+    "Consumer",
+    "ConsumerRecord",
+    "LogTruncation",
+    "LogTruncationError",
+    "NoOffsetForPartitionError",
+    "TopicPartition",
+]

@@ -8,6 +8,7 @@ Fetch returns whole batches from the one holding ``fetch_offset``, answers a ``l
 that the leader's log ended before ``fetch_offset`` with ``diverging_epoch`` (KIP-320), long-polls
 up to ``max_wait_ms``, and answers OFFSET_OUT_OF_RANGE outside ``[log_start_offset, HW]``.
 
+Every broker also serves a fake GroupService (``cluster.group``, tests/unit/pykraft/fake_group.py).
 The fake has no replication: HW = log end offset. Tests steer it: ``move_leader`` (epoch bump),
 ``truncate`` (a new leader whose log diverged), ``inject`` (errors for the next produce calls).
 ``FakeCluster(idempotent=True)`` answers InitProducerId (ids from 1000, epoch ``init_producer_epoch``)
@@ -25,9 +26,10 @@ from dataclasses import dataclass, field
 import grpc
 
 from broker.producer_state import Duplicate, ProducerBatch, ProducerStateManager, Reject
-from proto import broker_pb2, broker_pb2_grpc, common_pb2
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, group_pb2_grpc
 from proto.errors import ErrorCode
 from storage.batch_header import iter_batches, patch_offset_and_epoch
+from tests.unit.pykraft.fake_group import FakeGroupCoordinator
 
 NO_LEADER = -1
 
@@ -73,10 +75,15 @@ class FakeCluster:
         self.servers: dict[int, grpc.Server] = {}
         self.ports: dict[int, int] = {}
         self.produce_requests: list[tuple[int, broker_pb2.ProduceRequest]] = []
+        # GroupService (tests/unit/pykraft/fake_group.py); the first broker coordinates every group.
+        self.addresses: dict[int, tuple[str, int]] = {}
+        self.group = FakeGroupCoordinator(broker_ids[0], self.addresses)
         for node_id in broker_ids:
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
             broker_pb2_grpc.add_BrokerServiceServicer_to_server(FakeBroker(self, node_id), server)
+            group_pb2_grpc.add_GroupServiceServicer_to_server(self.group.servicer(node_id), server)
             self.ports[node_id] = server.add_insecure_port("127.0.0.1:0")
+            self.addresses[node_id] = ("127.0.0.1", self.ports[node_id])
             self.servers[node_id] = server
             server.start()
 
@@ -85,6 +92,7 @@ class FakeCluster:
         return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
 
     def stop(self) -> None:
+        self.group.stop()
         for server in self.servers.values():
             server.stop(grace=None)
 

@@ -1,0 +1,595 @@
+"""The consumer's group driver: GroupService calls, coordinator discovery, the heartbeat thread.
+
+It drives ``pykraft.consumer_coordinator.ConsumerCoordinator`` (the state machine) and does its I/O:
+
+- **FindCoordinator** on any broker the consumer knows (metadata brokers, then bootstrap); retried
+  with ``retry_backoff_ms`` while COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS or no
+  broker answers. NOT_COORDINATOR (or an unreachable coordinator) on any later call finds it again.
+- **Join/Sync** run on the consumer's thread inside ``poll`` (``ensure_active_group``): revoke
+  (callbacks) -> JoinGroup (held by the coordinator until the group forms: its timeout is the
+  rebalance timeout plus the request timeout) -> the leader assigns -> SyncGroup -> assign
+  (callbacks). The consumer protocol is encoded as ``ConsumerProtocolSubscription`` /
+  ``ConsumerProtocolAssignment`` (proto/group.proto).
+- **Heartbeats** from a daemon thread every ``heartbeat_interval_ms`` while the member is stable;
+  the same thread enforces ``max_poll_interval_ms`` (leaves the group, like Kafka's heartbeat
+  thread) and the session timeout (coordinator presumed gone).
+- **OffsetCommit / OffsetFetch** on the coordinator, sync (retried until a deadline on coordinator
+  errors) and async (a ``concurrent.futures.Future``).
+
+Thread-safety: one lock guards the state machine; no network call is made while holding it. The
+consumer thread and the heartbeat thread (and gRPC callback threads for async commits) share it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import grpc
+
+from proto import errors, group_pb2
+from proto.errors import ErrorCode
+from pykraft.assignors import Assignment, Subscription, tp_key
+from pykraft.connection import Connections, describe_rpc_error
+from pykraft.consumer_coordinator import (
+    COORDINATOR_ERRORS,
+    PROTOCOL_TYPE,
+    AssignmentChange,
+    CommitFailedError,
+    ConsumerCoordinator,
+    Generation,
+    GroupConfig,
+    JoinResult,
+    Next,
+)
+from pykraft.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+NO_OFFSET = -1
+NO_EPOCH = -1
+FIND_COORDINATOR_TIMEOUT_S = 5.0
+
+
+# ---- the consumer protocol (proto/group.proto) ----------------------------------------------------
+
+
+def _by_topic(tps: Iterable[TopicPartition]) -> list[group_pb2.TopicPartitions]:
+    topics: dict[str, list[int]] = {}
+    for tp in sorted(tps, key=tp_key):
+        topics.setdefault(tp.topic, []).append(tp.partition)
+    return [group_pb2.TopicPartitions(topic=t, partitions=ps) for t, ps in topics.items()]
+
+
+def _flatten(items: Iterable[group_pb2.TopicPartitions]) -> tuple[TopicPartition, ...]:
+    return tuple(TopicPartition(item.topic, p) for item in items for p in item.partitions)
+
+
+def encode_subscription(subscription: Subscription) -> bytes:
+    return group_pb2.ConsumerProtocolSubscription(
+        topics=subscription.topics,
+        user_data=subscription.user_data,
+        owned_partitions=_by_topic(subscription.owned_partitions),
+        generation_id=subscription.generation_id,
+    ).SerializeToString()
+
+
+def decode_subscription(data: bytes, group_instance_id: str | None) -> Subscription:
+    message = group_pb2.ConsumerProtocolSubscription.FromString(data)
+    return Subscription(
+        tuple(message.topics), _flatten(message.owned_partitions), message.generation_id,
+        group_instance_id, message.user_data,
+    )  # fmt: skip
+
+
+def encode_assignment(assignment: Assignment) -> bytes:
+    return group_pb2.ConsumerProtocolAssignment(
+        assigned_partitions=_by_topic(assignment.partitions),
+        user_data=assignment.user_data,
+        error=assignment.error,
+    ).SerializeToString()
+
+
+def decode_assignment(data: bytes) -> Assignment:
+    message = group_pb2.ConsumerProtocolAssignment.FromString(data)
+    return Assignment(_flatten(message.assigned_partitions), message.error, message.user_data)
+
+
+# ---- the driver ------------------------------------------------------------------------------------
+
+
+class GroupHooks(Protocol):
+    """What the consumer provides to the driver."""
+
+    def broker_addresses(self) -> list[str]: ...
+
+    def partition_counts(self, topics: set[str]) -> dict[str, int]: ...
+
+    def on_join_prepare(self, change: AssignmentChange) -> None:
+        """Before a rebalance: commit (auto-commit), then revoke ``change`` (Kafka's onJoinPrepare)."""
+
+    def on_partitions_revoked(self, change: AssignmentChange) -> None: ...
+
+    def on_partitions_assigned(self, added: tuple[TopicPartition, ...]) -> None: ...
+
+
+class GroupClient:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        connections: Connections,
+        hooks: GroupHooks,
+        *,
+        request_timeout_ms: int,
+    ) -> None:
+        self.config = config
+        self.lock = threading.RLock()
+        self.core = ConsumerCoordinator(config, _now_ms())
+        self._connections = connections
+        self._hooks = hooks
+        self._request_timeout_s = request_timeout_ms / 1000
+        self._wake = threading.Condition(self.lock)
+        self._closed = False
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat_loop, name=f"pykraft-heartbeat-{config.group_id}", daemon=True
+        )
+        self._heartbeat_thread.start()
+
+    # ---- coordinator discovery ----------------------------------------------------------------------
+
+    def ensure_coordinator(self, deadline_ms: int) -> bool:
+        """Find the coordinator (True), or give up at ``deadline_ms`` (False)."""
+        while True:
+            with self.lock:
+                if self.core.coordinator is not None:
+                    return True
+            if self._find_coordinator_once():
+                return True
+            if _now_ms() + self.config.retry_backoff_ms >= deadline_ms or self._closed:
+                return False
+            time.sleep(self.config.retry_backoff_ms / 1000)
+
+    def _find_coordinator_once(self) -> bool:
+        request = group_pb2.FindCoordinatorRequest(key=self.config.group_id)
+        for address in dict.fromkeys(self._hooks.broker_addresses()):
+            try:
+                response = self._connections.group_stub(address).FindCoordinator(
+                    request, timeout=min(self._request_timeout_s, FIND_COORDINATOR_TIMEOUT_S)
+                )
+            except grpc.RpcError as exc:
+                log.debug("FindCoordinator on %s failed: %s", address, describe_rpc_error(exc))
+                continue
+            code = response.error.code
+            if code == ErrorCode.NONE:
+                with self.lock:
+                    self.core.on_coordinator_found(
+                        response.node_id, f"{response.host}:{response.port}", _now_ms()
+                    )
+                log.info("group %s: coordinator is broker %d", self.config.group_id, response.node_id)
+                return True
+            if not errors.is_retriable(code):
+                raise errors.error_for(
+                    code, f"FindCoordinator({self.config.group_id!r}): {response.error.message}"
+                )
+            log.debug("FindCoordinator on %s: %s", address, ErrorCode(code).name)
+            return False  # retriable (not available yet / loading): back off
+        return False
+
+    def _coordinator_stub(self) -> Any:
+        with self.lock:
+            coordinator = self.core.coordinator
+        if coordinator is None:
+            return None
+        return self._connections.group_stub(coordinator[1])
+
+    # ---- joining ------------------------------------------------------------------------------------
+
+    def ensure_active_group(self, deadline_ms: int) -> bool:
+        """Join (or rejoin) until the member is stable with a fresh assignment, or ``deadline_ms``."""
+        while True:
+            with self.lock:
+                if self.core.fatal is not None:
+                    raise self.core.fatal
+                if not self.core.rejoin_needed:
+                    return True
+            if self._closed or not self.ensure_coordinator(deadline_ms):
+                return False
+            with self.lock:
+                change = self.core.prepare_join()
+            if change is not None:
+                self._hooks.on_join_prepare(change)
+            step = self._join_and_sync()
+            if step is Next.FATAL:
+                with self.lock:
+                    assert self.core.fatal is not None, "a fatal step carries an error"
+                    raise self.core.fatal
+            if step is Next.RETRY_BACKOFF or step is Next.FIND_COORDINATOR:
+                if _now_ms() + self.config.retry_backoff_ms >= deadline_ms:
+                    return False
+                time.sleep(self.config.retry_backoff_ms / 1000)
+            elif step is Next.RETRY_NOW and _now_ms() >= deadline_ms:
+                return False
+
+    def _join_and_sync(self) -> Next:
+        stub = self._coordinator_stub()
+        if stub is None:
+            return Next.FIND_COORDINATOR
+        with self.lock:
+            join = self.core.join_request()
+        request = group_pb2.JoinGroupRequest(
+            group_id=self.config.group_id,
+            session_timeout_ms=self.config.session_timeout_ms,
+            rebalance_timeout_ms=self.config.max_poll_interval_ms,
+            member_id=join.member_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=[
+                group_pb2.JoinGroupProtocol(name=name, metadata=encode_subscription(sub))
+                for name, sub in join.protocols
+            ],
+            client_id=self.config.client_id,
+            reason=join.reason,
+        )
+        if self.config.group_instance_id is not None:
+            request.group_instance_id = self.config.group_instance_id
+        log.info("group %s: joining (%s)", self.config.group_id, join.reason)
+        timeout_s = self.config.max_poll_interval_ms / 1000 + self._request_timeout_s
+        try:
+            response = stub.JoinGroup(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            return self._on_rpc_error("JoinGroup", exc)
+        result = JoinResult(
+            error=response.error.code,
+            message=response.error.message,
+            generation_id=response.generation_id,
+            member_id=response.member_id,
+            leader=response.leader,
+            protocol_name=response.protocol_name,
+            skip_assignment=response.skip_assignment,
+            members={
+                m.member_id: decode_subscription(
+                    m.metadata, m.group_instance_id if m.HasField("group_instance_id") else None
+                )
+                for m in response.members
+            },
+        )
+        with self.lock:
+            step = self.core.on_join_response(result)
+            leader = self.core.is_leader() and not result.skip_assignment
+            topics = self.core.leader_topics() if leader else set(self.core.subscription)
+        if step.next is not Next.CONTINUE:
+            return step.next
+        counts = self._hooks.partition_counts(topics)
+        with self.lock:
+            assignments = self.core.compute_assignment(counts) if leader else {}
+        return self._sync(
+            stub, result.generation_id, result.member_id, result.protocol_name, assignments, counts
+        )
+
+    def _sync(
+        self,
+        stub: Any,
+        generation_id: int,
+        member_id: str,
+        protocol_name: str,
+        assignments: Mapping[str, Assignment],
+        counts: Mapping[str, int],
+    ) -> Next:
+        request = group_pb2.SyncGroupRequest(
+            group_id=self.config.group_id,
+            generation_id=generation_id,
+            member_id=member_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=protocol_name,
+            assignments=[
+                group_pb2.SyncGroupAssignment(member_id=m, assignment=encode_assignment(a))
+                for m, a in assignments.items()
+            ],
+        )
+        if self.config.group_instance_id is not None:
+            request.group_instance_id = self.config.group_instance_id
+        try:
+            response = stub.SyncGroup(
+                request, timeout=self.config.max_poll_interval_ms / 1000 + self._request_timeout_s
+            )
+        except grpc.RpcError as exc:
+            return self._on_rpc_error("SyncGroup", exc)
+        code = response.error.code
+        assignment = decode_assignment(response.assignment) if code == ErrorCode.NONE else None
+        with self.lock:
+            step, change = self.core.on_sync_response(
+                code, response.error.message, assignment, counts, _now_ms()
+            )
+            self._wake.notify_all()  # heartbeats start now
+        if step.next is Next.CONTINUE:
+            log.info(
+                "group %s: generation %d, assigned %s", self.config.group_id, generation_id,
+                [f"{tp.topic}-{tp.partition}" for tp in assignment.partitions] if assignment else [],
+            )  # fmt: skip
+            if change.revoked:
+                self._hooks.on_partitions_revoked(change)
+            self._hooks.on_partitions_assigned(change.added)
+        return step.next
+
+    def _on_rpc_error(self, api: str, exc: grpc.RpcError) -> Next:
+        log.info("group %s: %s failed: %s", self.config.group_id, api, describe_rpc_error(exc))
+        with self.lock:
+            return self.core.on_call_failed(api).next
+
+    # ---- heartbeats ---------------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while True:
+            with self.lock:
+                if self._closed:
+                    return
+                now = _now_ms()
+                action = self._heartbeat_action(now)
+                if action is None:
+                    wait_ms = max(1, min(self.core.next_heartbeat_ms - now, self.config.retry_backoff_ms * 5))
+                    self._wake.wait(wait_ms / 1000)
+                    continue
+            action()
+
+    def _heartbeat_action(self, now: int) -> Callable[[], None] | None:
+        core = self.core
+        if core.poll_timeout_expired(now):
+            log.warning(
+                "group %s: poll() not called for more than max.poll.interval.ms=%d; leaving the group",
+                self.config.group_id, self.config.max_poll_interval_ms,
+            )  # fmt: skip
+            coordinator = core.coordinator
+            member_id = core.leave_group("consumer poll timeout has expired")
+            if member_id is None or coordinator is None:
+                return None
+            return lambda: self._send_leave(coordinator[1], member_id, "consumer poll timeout has expired")
+        if core.session_expired(now):
+            log.info(
+                "group %s: no heartbeat answer for a session; finding the coordinator", self.config.group_id
+            )
+            core.mark_coordinator_unknown()
+            core.request_rejoin("session timed out without a heartbeat answer")
+            return None
+        if not core.heartbeat_due(now):
+            return None
+        generation = core.on_heartbeat_sent(now)
+        assert core.coordinator is not None, "heartbeat_due implies a coordinator"
+        address = core.coordinator[1]
+        return lambda: self._send_heartbeat(address, generation)
+
+    def _send_heartbeat(self, address: str, generation: Generation) -> None:
+        request = group_pb2.HeartbeatRequest(
+            group_id=self.config.group_id,
+            generation_id=generation.generation_id,
+            member_id=generation.member_id,
+        )
+        if self.config.group_instance_id is not None:
+            request.group_instance_id = self.config.group_instance_id
+        try:
+            response = self._connections.group_stub(address).Heartbeat(
+                request, timeout=self._request_timeout_s
+            )
+            code, message = response.error.code, response.error.message
+        except (grpc.RpcError, errors.KafkaError) as exc:
+            code, message = ErrorCode.NETWORK_EXCEPTION, str(exc)
+        with self.lock:
+            step = self.core.on_heartbeat_response(generation, code, message, _now_ms())
+        if code != ErrorCode.NONE:
+            log.info(
+                "group %s: heartbeat: %s (%s) -> %s",
+                self.config.group_id,
+                ErrorCode(code).name,
+                message,
+                step.next.value,
+            )
+
+    def _send_leave(self, address: str, member_id: str, reason: str) -> None:
+        request = group_pb2.LeaveGroupRequest(
+            group_id=self.config.group_id,
+            members=[group_pb2.MemberIdentity(member_id=member_id, reason=reason)],
+        )
+        try:
+            response = self._connections.group_stub(address).LeaveGroup(
+                request, timeout=self._request_timeout_s
+            )
+        except (grpc.RpcError, errors.KafkaError) as exc:
+            log.info("group %s: LeaveGroup failed: %s", self.config.group_id, exc)
+            return
+        if response.error.code != ErrorCode.NONE:
+            log.info("group %s: LeaveGroup: %s", self.config.group_id, ErrorCode(response.error.code).name)
+
+    def leave_group(self, reason: str) -> None:
+        with self.lock:
+            coordinator = self.core.coordinator
+            member_id = self.core.leave_group(reason)
+        if member_id is not None and coordinator is not None:
+            self._send_leave(coordinator[1], member_id, reason)
+
+    # ---- offsets ------------------------------------------------------------------------------------
+
+    def _offset_commit_request(
+        self, offsets: Mapping[TopicPartition, int], generation: Generation
+    ) -> group_pb2.OffsetCommitRequest:
+        topics: dict[str, list[group_pb2.OffsetCommitPartition]] = {}
+        for tp, offset in sorted(offsets.items(), key=lambda item: tp_key(item[0])):
+            topics.setdefault(tp.topic, []).append(
+                group_pb2.OffsetCommitPartition(
+                    partition=tp.partition, committed_offset=offset, committed_leader_epoch=NO_EPOCH
+                )
+            )
+        request = group_pb2.OffsetCommitRequest(
+            group_id=self.config.group_id,
+            generation_id=generation.generation_id,
+            member_id=generation.member_id,
+            topics=[group_pb2.OffsetCommitTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        )
+        if self.config.group_instance_id is not None:
+            request.group_instance_id = self.config.group_instance_id
+        return request
+
+    def _commit_generation(self) -> Generation:
+        with self.lock:
+            generation = self.core.commit_generation()
+        if isinstance(generation, CommitFailedError):
+            raise generation
+        return generation
+
+    def _commit_result(self, generation: Generation, response: group_pb2.OffsetCommitResponse) -> int:
+        """Raise CommitFailedError for fencing, another KafkaError for a fatal partition error;
+        return a retriable code (coordinator moved...) or NONE."""
+        codes = [(response.error.code, response.error.message, "")] + [
+            (p.error.code, p.error.message, f"{t.name}-{p.partition}")
+            for t in response.topics
+            for p in t.partitions
+        ]
+        retriable = ErrorCode.NONE
+        for code, message, where in codes:
+            if code == ErrorCode.NONE:
+                continue
+            with self.lock:
+                failed = self.core.on_commit_error(generation, code, message)
+            if failed is not None:
+                raise failed
+            if errors.is_retriable(code):
+                retriable = code
+                continue
+            raise errors.error_for(code, f"OffsetCommit {where} in group {self.config.group_id!r}: {message}")
+        return retriable
+
+    def commit_sync(self, offsets: Mapping[TopicPartition, int], deadline_ms: int) -> None:
+        if not offsets:
+            return
+        last = "no attempt"
+        while True:
+            generation = self._commit_generation()
+            stub = self._coordinator_stub() if self.ensure_coordinator(deadline_ms) else None
+            if stub is not None:
+                try:
+                    response = stub.OffsetCommit(
+                        self._offset_commit_request(offsets, generation), timeout=self._request_timeout_s
+                    )
+                    code = self._commit_result(generation, response)
+                    if code == ErrorCode.NONE:
+                        return
+                    last = ErrorCode(code).name
+                except grpc.RpcError as exc:
+                    last = describe_rpc_error(exc)
+                    with self.lock:
+                        self.core.mark_coordinator_unknown()
+            if _now_ms() + self.config.retry_backoff_ms >= deadline_ms:
+                raise errors.error_for(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"OffsetCommit for group {self.config.group_id!r} did not succeed in time (last: {last})",
+                )
+            time.sleep(self.config.retry_backoff_ms / 1000)
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int]) -> Future:
+        """Send one OffsetCommit; the future resolves to the offsets, or to the error (not retried)."""
+        future: Future = Future()
+        try:
+            generation = self._commit_generation()
+            stub = self._coordinator_stub()
+            if stub is None:
+                raise errors.error_for(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not known yet"
+                )
+        except errors.KafkaError as exc:
+            future.set_exception(exc)
+            return future
+        if not offsets:
+            future.set_result(dict(offsets))
+            return future
+        call = stub.OffsetCommit.future(
+            self._offset_commit_request(offsets, generation), timeout=self._request_timeout_s
+        )
+
+        def done(call: grpc.Future) -> None:
+            try:
+                response = call.result()
+                code = self._commit_result(generation, response)
+                if code != ErrorCode.NONE:
+                    raise errors.error_for(code, f"OffsetCommit for group {self.config.group_id!r}")
+                future.set_result(dict(offsets))
+            except grpc.RpcError as exc:
+                with self.lock:
+                    self.core.mark_coordinator_unknown()
+                future.set_exception(errors.error_for(ErrorCode.NETWORK_EXCEPTION, describe_rpc_error(exc)))
+            except errors.KafkaError as exc:
+                future.set_exception(exc)
+
+        call.add_done_callback(done)
+        return future
+
+    def fetch_committed(
+        self, partitions: Iterable[TopicPartition], deadline_ms: int
+    ) -> dict[TopicPartition, int | None]:
+        """OffsetFetch: the committed offset of each partition (None when nothing is committed)."""
+        wanted = sorted(set(partitions), key=tp_key)
+        if not wanted:
+            return {}
+        topics: dict[str, list[int]] = {}
+        for tp in wanted:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        request = group_pb2.OffsetFetchRequest(
+            group_id=self.config.group_id,
+            topics=[group_pb2.OffsetFetchTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        )
+        last = "no attempt"
+        while True:
+            stub = self._coordinator_stub() if self.ensure_coordinator(deadline_ms) else None
+            if stub is not None:
+                try:
+                    response = stub.OffsetFetch(request, timeout=self._request_timeout_s)
+                    result, last = self._offset_fetch_result(response, set(wanted))
+                    if result is not None:
+                        return result
+                except grpc.RpcError as exc:
+                    last = describe_rpc_error(exc)
+                    with self.lock:
+                        self.core.mark_coordinator_unknown()
+            if _now_ms() + self.config.retry_backoff_ms >= deadline_ms:
+                raise errors.error_for(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"OffsetFetch for group {self.config.group_id!r} did not succeed in time (last: {last})",
+                )
+            time.sleep(self.config.retry_backoff_ms / 1000)
+
+    def _offset_fetch_result(
+        self, response: group_pb2.OffsetFetchResponse, wanted: set[TopicPartition]
+    ) -> tuple[dict[TopicPartition, int | None] | None, str]:
+        codes = [(response.error.code, response.error.message)] + [
+            (p.error.code, p.error.message) for t in response.topics for p in t.partitions
+        ]
+        for code, message in codes:
+            if code == ErrorCode.NONE:
+                continue
+            if code in COORDINATOR_ERRORS:
+                with self.lock:
+                    self.core.mark_coordinator_unknown()
+            if not errors.is_retriable(code):
+                raise errors.error_for(code, f"OffsetFetch for group {self.config.group_id!r}: {message}")
+            return None, f"{ErrorCode(code).name} {message}"
+        result: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition)
+                if tp in wanted:
+                    result[tp] = None if p.committed_offset == NO_OFFSET else p.committed_offset
+        return result, ""
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self.lock:
+            self._closed = True
+            self._wake.notify_all()
+        self._heartbeat_thread.join(timeout=self._request_timeout_s + 1)
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
