@@ -1,0 +1,393 @@
+"""Consumer-group coordinator: rebalance time and offset commits/s, with baselines from the same run.
+
+    .venv/bin/python bench/group_bench.py [--members 10] [--partitions 100] [--rounds 5] [--commits 400]
+
+One pykraft cluster (3 controllers + 3 brokers, started and stopped by pid by this script). The group
+members are simulated with raw GroupService calls (grpc.aio, one channel each, in this process): each
+joins (KIP-394 member id), the leader computes a range assignment of the topic's partitions, all sync,
+then heartbeat every ``--heartbeat-ms`` and rejoin when told REBALANCE_IN_PROGRESS, as Kafka's
+consumer does. This measures the coordinator's part of a rebalance; a real consumer adds its own
+revoke/assign callbacks and fetch restarts.
+
+- **Rebalance time after a leave**: a Stable group of ``--members`` members owning ``--partitions``
+  partitions; one member sends LeaveGroup; the time until every remaining member holds an assignment
+  of the new generation and together they own every partition exactly once. Members learn of the
+  rebalance from a heartbeat, so up to one heartbeat interval is part of it (Kafka's default
+  heartbeat.interval.ms is 3 s; here 100 ms). Each round then adds a member back (not timed).
+- **Rebalance time after a crash**: the same, but the member just stops (no LeaveGroup): the
+  session timeout (``--session-ms``) dominates.
+- **Offset commits/s**: a member of the Stable group commits one partition's offset per request
+  (generation-fenced, appended to ``__consumer_offsets`` with acks=all, RF=3), one at a time and with
+  16 in flight. Baselines in the same run: a Heartbeat round trip (the same service, no append) and
+  a raw acks=all Produce of a batch of the same bytes to an RF=3 partition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+
+from broker.group_metadata import OffsetAndMetadata, OffsetCommitRecord  # noqa: E402
+from broker.offsets_codec import encode_batch  # noqa: E402
+from proto import broker_pb2, broker_pb2_grpc, group_pb2, group_pb2_grpc  # noqa: E402
+from proto.errors import ErrorCode  # noqa: E402
+from pykraft.admin import AdminClient  # noqa: E402
+from pykraft.cluster import LocalCluster  # noqa: E402
+
+TOPIC = "group-bench"
+PRODUCE_TOPIC = "group-bench-produce"
+GROUP = "bench-group"
+START_TIMEOUT_S = 90.0
+WAIT_S = 60.0
+OVERRIDES = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "300",
+    "group.min.session.timeout.ms": "500",
+    "group.initial.rebalance.delay.ms": "300",
+    "offsets.topic.num.partitions": "3",
+}
+
+
+def machine_info() -> str:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{os.cpu_count()} cpus, Linux {platform.release()}, Python {platform.python_version()}, load {load}"
+    )
+
+
+def range_assignment(members: list[str], partitions: int) -> dict[str, list[int]]:
+    ordered = sorted(members)
+    share, extra = divmod(partitions, len(ordered))
+    out, start = {}, 0
+    for index, member in enumerate(ordered):
+        count = share + (1 if index < extra else 0)
+        out[member] = list(range(start, start + count))
+        start += count
+    return out
+
+
+class Member:
+    """One simulated consumer: join, (lead and) sync, heartbeat, rejoin on REBALANCE_IN_PROGRESS."""
+
+    def __init__(self, address: str, partitions: int, session_ms: int, heartbeat_ms: int) -> None:
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address)
+        self.stub = group_pb2_grpc.GroupServiceStub(self.channel)
+        self.partitions, self.session_ms, self.heartbeat_ms = partitions, session_ms, heartbeat_ms
+        self.member_id = ""
+        self.generation = -1
+        self.assignment: list[int] = []
+        self.task: asyncio.Task | None = None
+
+    async def join_and_sync(self) -> None:
+        subscription = group_pb2.ConsumerProtocolSubscription(topics=[TOPIC]).SerializeToString()
+        while True:
+            request = group_pb2.JoinGroupRequest(
+                group_id=GROUP,
+                session_timeout_ms=self.session_ms,
+                rebalance_timeout_ms=30_000,
+                member_id=self.member_id,
+                protocol_type="consumer",
+                client_id="bench",
+                protocols=[group_pb2.JoinGroupProtocol(name="range", metadata=subscription)],
+            )
+            joined = await self.stub.JoinGroup(request, timeout=60)
+            code = joined.error.code
+            if code in (ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.NONE):
+                self.member_id = joined.member_id
+            if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            if code != ErrorCode.NONE:
+                continue
+            assignments = []
+            if joined.leader == self.member_id:
+                plan = range_assignment([m.member_id for m in joined.members], self.partitions)
+                assignments = [
+                    group_pb2.SyncGroupAssignment(
+                        member_id=m,
+                        assignment=group_pb2.ConsumerProtocolAssignment(
+                            assigned_partitions=[group_pb2.TopicPartitions(topic=TOPIC, partitions=ps)],
+                        ).SerializeToString(),
+                    )
+                    for m, ps in plan.items()
+                ]
+            synced = await self.stub.SyncGroup(
+                group_pb2.SyncGroupRequest(
+                    group_id=GROUP,
+                    generation_id=joined.generation_id,
+                    member_id=self.member_id,
+                    assignments=assignments,
+                ),
+                timeout=60,
+            )
+            if synced.error.code != ErrorCode.NONE:
+                continue
+            decoded = group_pb2.ConsumerProtocolAssignment.FromString(synced.assignment)
+            self.assignment = [p for tp in decoded.assigned_partitions for p in tp.partitions]
+            self.generation = joined.generation_id
+            return
+
+    async def run(self) -> None:
+        await self.join_and_sync()
+        while True:
+            await asyncio.sleep(self.heartbeat_ms / 1000)
+            response = await self.stub.Heartbeat(
+                group_pb2.HeartbeatRequest(
+                    group_id=GROUP, generation_id=self.generation, member_id=self.member_id
+                ),
+                timeout=30,
+            )
+            if response.error.code != ErrorCode.NONE:
+                if response.error.code != ErrorCode.REBALANCE_IN_PROGRESS:
+                    self.member_id = (
+                        "" if response.error.code == ErrorCode.UNKNOWN_MEMBER_ID else self.member_id
+                    )
+                await self.join_and_sync()
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.run())
+
+    async def crash(self) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self.channel.close()
+
+    async def leave(self) -> None:
+        await self.crash()
+        channel = grpc.aio.insecure_channel(self.address)
+        await group_pb2_grpc.GroupServiceStub(channel).LeaveGroup(
+            group_pb2.LeaveGroupRequest(
+                group_id=GROUP, members=[group_pb2.MemberIdentity(member_id=self.member_id)]
+            ),
+            timeout=30,
+        )
+        await channel.close()
+
+
+def settled(members: list[Member], partitions: int, after_generation: int) -> bool:
+    if any(m.generation <= after_generation for m in members):
+        return False
+    if len({m.generation for m in members}) != 1:
+        return False
+    owned = [p for m in members for p in m.assignment]
+    return sorted(owned) == list(range(partitions))
+
+
+async def wait_settled(members: list[Member], partitions: int, after_generation: int) -> float:
+    start = time.perf_counter()
+    while not settled(members, partitions, after_generation):
+        if time.perf_counter() - start > WAIT_S:
+            gens = sorted({m.generation for m in members})
+            raise TimeoutError(f"group did not settle past generation {after_generation}: generations {gens}")
+        await asyncio.sleep(0.002)
+    return time.perf_counter() - start
+
+
+async def rebalances(address: str, args: argparse.Namespace, crash: bool, rounds: int) -> list[float]:
+    members = [
+        Member(address, args.partitions, args.session_ms, args.heartbeat_ms) for _ in range(args.members)
+    ]
+    for m in members:
+        m.start()
+    await wait_settled(members, args.partitions, 0)
+    times = []
+    for _ in range(rounds):
+        generation = members[0].generation
+        victim = members.pop()
+        started = time.perf_counter()
+        await (victim.crash() if crash else victim.leave())
+        await wait_settled(members, args.partitions, generation)
+        times.append(time.perf_counter() - started)
+        newcomer = Member(address, args.partitions, args.session_ms, args.heartbeat_ms)
+        newcomer.start()
+        members.append(newcomer)
+        await wait_settled(members, args.partitions, members[0].generation)
+    for m in members:
+        await m.leave()
+    return times
+
+
+async def rate(calls: int, window: int, call) -> float:
+    """Calls per second with ``window`` requests in flight."""
+    start = time.perf_counter()
+    done = 0
+    while done < calls:
+        batch = min(window, calls - done)
+        await asyncio.gather(*(call(done + i) for i in range(batch)))
+        done += batch
+    return calls / (time.perf_counter() - start)
+
+
+async def commits(address: str, produce_address: str, args: argparse.Namespace) -> dict[str, float]:
+    member = Member(address, args.partitions, 30_000, 1_000)
+    member.start()
+    await wait_settled([member], args.partitions, 0)
+    stub = member.stub
+    produce = broker_pb2_grpc.BrokerServiceStub(grpc.aio.insecure_channel(produce_address))
+    record = OffsetCommitRecord(GROUP, TOPIC, 0, OffsetAndMetadata(123456, 1, "", int(time.time() * 1000)))
+    batch = encode_batch((record,), int(time.time() * 1000))
+
+    async def commit(i: int) -> None:
+        r = await stub.OffsetCommit(
+            group_pb2.OffsetCommitRequest(
+                group_id=GROUP,
+                generation_id=member.generation,
+                member_id=member.member_id,
+                topics=[
+                    group_pb2.OffsetCommitTopic(
+                        name=TOPIC,
+                        partitions=[
+                            group_pb2.OffsetCommitPartition(
+                                partition=i % args.partitions, committed_offset=i, committed_leader_epoch=-1
+                            )
+                        ],
+                    )
+                ],
+            ),
+            timeout=30,
+        )
+        assert r.topics[0].partitions[0].error.code == 0, r
+
+    async def heartbeat(_i: int) -> None:
+        r = await stub.Heartbeat(
+            group_pb2.HeartbeatRequest(
+                group_id=GROUP, generation_id=member.generation, member_id=member.member_id
+            ),
+            timeout=30,
+        )
+        assert r.error.code == 0, r
+
+    async def produce_one(_i: int) -> None:
+        r = await produce.Produce(
+            broker_pb2.ProduceRequest(
+                acks=-1,
+                timeout_ms=10_000,
+                topics=[
+                    broker_pb2.TopicProduceData(
+                        name=PRODUCE_TOPIC,
+                        partitions=[broker_pb2.PartitionProduceData(partition=0, records=batch)],
+                    )
+                ],
+            ),
+            timeout=30,
+        )
+        assert r.topics[0].partitions[0].error.code == 0, r
+
+    out = {}
+    for window in (1, 16):
+        for name, call in (
+            ("heartbeat", heartbeat),
+            ("produce_acks_all", produce_one),
+            ("offset_commit", commit),
+        ):
+            await call(0)  # warm-up
+            out[f"{name}/{window}"] = await rate(args.commits, window, call)
+            print(f"  {name:17s} in flight {window:2d}: {out[f'{name}/{window}']:8,.0f} /s", flush=True)
+    await member.leave()
+    return out
+
+
+async def measure(coordinator: str, produce_leader: str, args: argparse.Namespace):
+    leave = await rebalances(coordinator, args, crash=False, rounds=args.rounds)
+    print("rebalance after LeaveGroup (s): " + ", ".join(f"{t:.3f}" for t in leave), flush=True)
+    crash = await rebalances(coordinator, args, crash=True, rounds=args.crash_rounds)
+    print("rebalance after a crash (s):    " + ", ".join(f"{t:.3f}" for t in crash), flush=True)
+    print("offset commits vs baselines (one partition per request, acks=all RF=3):", flush=True)
+    figures = await commits(coordinator, produce_leader, args)
+    return leave, crash, figures
+
+
+def find_coordinator(cluster: LocalCluster) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for spec in cluster.broker_nodes:
+            with grpc.insecure_channel(spec.address) as channel:
+                try:
+                    r = group_pb2_grpc.GroupServiceStub(channel).FindCoordinator(
+                        group_pb2.FindCoordinatorRequest(key=GROUP), timeout=10
+                    )
+                except grpc.RpcError:
+                    continue
+                if r.error.code == 0:
+                    return f"{r.host}:{r.port}"
+        time.sleep(0.2)
+    raise TimeoutError("no coordinator found")
+
+
+def leader_of(cluster: LocalCluster, topic: str) -> str:
+    with AdminClient(cluster.controller_addresses, timeout_s=60) as admin:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            info = admin.describe_topics([topic])[0].partitions[0]
+            if info.leader >= 0:
+                return cluster.node(f"broker-{info.leader}").address
+            time.sleep(0.2)
+    raise TimeoutError(f"no leader for {topic}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--members", type=int, default=10)
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--crash-rounds", type=int, default=2)
+    parser.add_argument("--commits", type=int, default=400)
+    parser.add_argument("--session-ms", type=int, default=2_000)
+    parser.add_argument("--heartbeat-ms", type=int, default=100)
+    args = parser.parse_args()
+    print(f"machine: {machine_info()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="group-bench-") as tmp:
+        cluster = LocalCluster(Path(tmp) / "pykraft", controllers=3, brokers=3, overrides=OVERRIDES)
+        cluster.data_dir.mkdir(parents=True)
+        cluster.plan()
+        try:
+            cluster.start()
+            cluster.wait_until(lambda: all(cluster.healthy(n) for n in cluster.nodes), START_TIMEOUT_S, "up")
+            with AdminClient(cluster.controller_addresses, timeout_s=60) as admin:
+                admin.create_topic(TOPIC, num_partitions=args.partitions, replication_factor=1)
+                admin.create_topic(PRODUCE_TOPIC, num_partitions=1, replication_factor=3)
+            coordinator = find_coordinator(cluster)
+            produce_leader = leader_of(cluster, PRODUCE_TOPIC)
+            print(
+                f"{args.members} members, {args.partitions} partitions, heartbeat {args.heartbeat_ms} ms, "
+                f"session {args.session_ms} ms; coordinator {coordinator}",
+                flush=True,
+            )
+            leave, crash, figures = asyncio.run(measure(coordinator, produce_leader, args))
+        finally:
+            cluster.down(timeout_s=15)
+            for spec in cluster.nodes:
+                cluster.kill_node(spec)
+    print(f"\nmachine: {machine_info()}")
+    print(
+        f"rebalance after leave: median {statistics.median(leave) * 1000:.0f} ms "
+        f"(min {min(leave) * 1000:.0f}, max {max(leave) * 1000:.0f}) over {len(leave)} rounds"
+    )
+    print(
+        f"rebalance after crash: median {statistics.median(crash) * 1000:.0f} ms "
+        f"(session {args.session_ms} ms)"
+    )
+    for window in (1, 16):
+        c, p, h = (figures[f"{n}/{window}"] for n in ("offset_commit", "produce_acks_all", "heartbeat"))
+        print(
+            f"in flight {window:2d}: commits {c:,.0f}/s; produce acks=all {p:,.0f}/s (commit/produce "
+            f"{c / p:.2f}); heartbeat {h:,.0f}/s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
