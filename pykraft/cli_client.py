@@ -11,12 +11,23 @@ the separator is bad usage: nothing after it is sent). ``consume`` prints one re
 (``--print-offsets`` prefixes ``partition:offset<TAB>``, ``--print-key`` prefixes ``key<SEP>``) and
 stops after ``--max-messages`` records or ``--timeout-ms`` without a record; it says how many it
 processed on stderr. Bytes are written as they are (no decoding).
+
+``consume --group G`` subscribes to ``--topic`` as a member of consumer group G (like
+``kafka-console-consumer.sh --group``): the group assigns the partitions, reading starts at the
+group's committed offsets (``--from-beginning`` only matters where none is committed), and the
+offsets of every batch are committed synchronously right after it is printed (at-least-once: a
+crash re-prints at most the batch being printed). Assignment changes go to stderr as
+``Assigned: t-0 t-1`` / ``Revoked: ...``. ``--consumer-property KEY=VALUE`` passes Kafka consumer
+settings (``session.timeout.ms``, ``heartbeat.interval.ms``, ``max.poll.interval.ms``,
+``group.instance.id``, ``partition.assignment.strategy``, ...). SIGTERM closes the consumer cleanly
+(commit, LeaveGroup).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 from typing import BinaryIO
@@ -75,7 +86,49 @@ def _add_consume(sub: argparse._SubParsersAction) -> None:
         "--print-key", action="store_true", help="prefix each value with its key and --key-separator"
     )
     p.add_argument("--key-separator", default="\t")
+    p.add_argument("--group", help="consume as a member of this consumer group (commits as it prints)")
+    p.add_argument(
+        "--consumer-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a consumer setting by its Kafka name, e.g. session.timeout.ms=6000 (repeatable)",
+    )
     p.set_defaults(func=run_consume)
+
+
+# Kafka consumer settings the CLI accepts with --consumer-property, and how to parse each.
+CONSUMER_PROPERTIES = {
+    "session.timeout.ms": int,
+    "heartbeat.interval.ms": int,
+    "max.poll.interval.ms": int,
+    "max.poll.records": int,
+    "group.instance.id": str,
+    "partition.assignment.strategy": lambda v: [s.strip() for s in v.split(",") if s.strip()],
+    "auto.offset.reset": str,
+    "enable.auto.commit": lambda v: v.lower() == "true",
+    "auto.commit.interval.ms": int,
+    "fetch.max.wait.ms": int,
+    "request.timeout.ms": int,
+    "retry.backoff.ms": int,
+    "metadata.max.age.ms": int,
+    "client.id": str,
+}
+
+
+def consumer_properties(items: list[str]) -> dict[str, object]:
+    """``["session.timeout.ms=6000", ...]`` -> Consumer keyword arguments; bad input -> _UsageError."""
+    kwargs: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in CONSUMER_PROPERTIES:
+            known = ", ".join(sorted(CONSUMER_PROPERTIES))
+            raise _UsageError(f"--consumer-property {item!r}: expected KEY=VALUE with KEY one of {known}")
+        try:
+            kwargs[key.replace(".", "_")] = CONSUMER_PROPERTIES[key](value)
+        except ValueError:
+            raise _UsageError(f"--consumer-property {item!r}: {value!r} is not a valid value") from None
+    return kwargs
 
 
 def _usage(message: str) -> int:
@@ -165,12 +218,29 @@ def run_consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int
         return _usage("give --bootstrap HOST:PORT (or set PYKRAFT_BOOTSTRAP)")
     if args.offset is not None and args.partition is None:
         return _usage("--offset needs --partition")
+    if args.group is not None and (args.partition is not None or args.offset is not None):
+        return _usage("--group gets its partitions from the group: do not give --partition or --offset")
+    if args.consumer_property and args.group is None:
+        return _usage("--consumer-property is for group consumers: give --group too")
     from pykraft.consumer import Consumer
 
     out = stdout or sys.stdout.buffer
-    consumer = Consumer(args.bootstrap, auto_offset_reset="earliest" if args.from_beginning else "latest")
     try:
-        _assign(consumer, args)
+        settings = {"auto_offset_reset": "earliest" if args.from_beginning else "latest"}
+        if args.group is not None:
+            settings |= {"group_id": args.group, "enable_auto_commit": False}
+            settings |= consumer_properties(args.consumer_property)
+        consumer = Consumer(args.bootstrap, **settings)
+    except _UsageError as exc:
+        return _usage(str(exc))
+    except ValueError as exc:
+        return _usage(str(exc))
+    try:
+        if args.group is not None:
+            _stop_on_sigterm()
+            consumer.subscribe([args.topic], on_assign=_report("Assigned"), on_revoke=_report("Revoked"))
+        else:
+            _assign(consumer, args)
         count = _print_records(consumer, args, out)
     except errors.KafkaError as exc:
         return _fail(exc)
@@ -210,6 +280,31 @@ def _assign(consumer, args: argparse.Namespace) -> None:
     consumer.seek(tps[0], offset)
 
 
+def _report(what: str):
+    def callback(partitions: list[TopicPartition]) -> None:
+        names = " ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(partitions, key=lambda t: t.partition))
+        print(f"{what}: {names}", file=sys.stderr, flush=True)
+
+    return callback
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM -> SystemExit, so ``finally`` closes the consumer (commit, LeaveGroup)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_OK))
+
+
+def _commit(consumer, printed: dict[TopicPartition, int]) -> None:
+    """Commit the offsets after what was printed; a refused commit (rebalance) is reported and the
+    records will be printed again by their next owner (at-least-once)."""
+    from pykraft.consumer import CommitFailedError
+
+    try:
+        consumer.commit(printed)
+    except CommitFailedError as exc:
+        print(f"Warning: {exc}", file=sys.stderr, flush=True)
+
+
 def _print_records(consumer, args: argparse.Namespace, out: BinaryIO) -> int:
     separator = args.key_separator.encode()
     count = 0
@@ -223,9 +318,11 @@ def _print_records(consumer, args: argparse.Namespace, out: BinaryIO) -> int:
                 break
             continue
         idle_ms = 0
+        printed: dict[TopicPartition, int] = {}
         for record in records:
             if args.max_messages != FOREVER and count >= args.max_messages:
                 break
+            printed[TopicPartition(record.topic, record.partition)] = record.offset + 1
             parts = []
             if args.print_offsets:
                 parts.append(f"{record.partition}:{record.offset}\t".encode())
@@ -235,4 +332,6 @@ def _print_records(consumer, args: argparse.Namespace, out: BinaryIO) -> int:
             out.write(b"".join(parts))
             count += 1
         out.flush()
+        if args.group is not None and printed:
+            _commit(consumer, printed)
     return count
