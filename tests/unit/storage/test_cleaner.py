@@ -13,7 +13,7 @@ import pytest
 from storage_log_helpers import FakeClock
 
 from proto import errors
-from storage import cleaner
+from storage import cleaner, compaction
 from storage.batch_header import DELETE_HORIZON_MASK
 from storage.compression import CompressionType
 from storage.config import LogConfig
@@ -331,3 +331,62 @@ def test_interrupted_swap_recovery(open_log, tmp_path, stop_after) -> None:
     else:
         assert records_of(reopened) == sorted((o, k, v) for k, (o, v) in model.items())
     reopened.invariants()
+
+
+def test_appends_rolls_and_reads_go_on_while_a_pass_runs(open_log) -> None:
+    """The pass holds no lock: the log appends, rolls and reads between plan and swap, and the swap
+    still applies (the planned segments are still the log's first ones)."""
+    log = open_log()
+    fill(log, rounds=3)
+    plan = log.plan_cleaning()
+    assert plan is not None
+    new = log.append_as_leader(keyed([(KEYS[0], b"during")]), 0)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    during = records_of(log)
+    result = cleaner.clean(plan)
+    assert records_of(log) == during  # the thread changed nothing the log serves
+    assert log.finish_cleaning(result)
+    after = records_of(log)
+    assert after[-1] == (new.first_offset, KEYS[0], b"during")
+    assert len(after) == len(KEYS) + 1
+    assert log.plan_cleaning() is not None  # the segment rolled during the pass is dirty
+
+
+SEGMENTS = [compaction.SegmentInfo(base, base + 10, 100, 1_000 + base) for base in range(0, 50, 10)]
+
+
+@pytest.mark.parametrize(
+    ("upper_bound", "now_ms", "lag_ms", "expected"),
+    [
+        pytest.param(50, 10_000, 0, 5, id="all-below-the-bound"),
+        pytest.param(35, 10_000, 0, 3, id="bound-inside-a-segment"),
+        pytest.param(0, 10_000, 0, 0, id="nothing-committed"),
+        pytest.param(50, 1_025, 5, 3, id="min-compaction-lag"),
+    ],
+)
+def test_cleanable_count(upper_bound, now_ms, lag_ms, expected) -> None:
+    assert compaction.cleanable_count(SEGMENTS, upper_bound, now_ms, lag_ms) == expected
+
+
+@pytest.mark.parametrize(
+    ("first_dirty", "ratio", "dirty"),
+    [(0, 1.0, 500), (20, 0.6, 300), (50, 0.0, 0), (25, 0.6, 300)],
+    ids=["all-dirty", "two-clean", "all-clean", "checkpoint-inside-a-segment"],
+)
+def test_dirty_ratio(first_dirty, ratio, dirty) -> None:
+    assert compaction.dirty_ratio(SEGMENTS, first_dirty) == (pytest.approx(ratio), dirty)
+
+
+@pytest.mark.parametrize(
+    ("max_bytes", "max_span", "groups"),
+    [
+        (1_000, 1_000, [range(5)]),
+        (250, 1_000, [range(2), range(2, 4), range(4, 5)]),
+        (50, 1_000, [range(i, i + 1) for i in range(5)]),  # a segment larger than the limit: alone
+        (1_000, 19, [range(2), range(2, 4), range(4, 5)]),
+    ],
+    ids=["one-group", "by-size", "oversized", "by-offset-span"],
+)
+def test_group_segments(max_bytes, max_span, groups) -> None:
+    assert compaction.group_segments(SEGMENTS, max_bytes, max_span) == groups
