@@ -29,6 +29,7 @@ CORE_MODULES = [
     "raft/core.py",
     "broker/partition.py",
     "broker/producer_state.py",
+    "storage/compaction.py",
     "metadata/controller.py",
     "metadata/image.py",
 ]
