@@ -1,7 +1,8 @@
 """Helpers for the broker integration tests: a ``LocalCluster`` with short timeouts, raw produce/fetch
-over BrokerService stubs (batches built with ``storage.record_batch.build_batch``), and waits with
-deadlines. Every process is stopped by pid in the fixtures' ``finally`` (``LocalCluster.down`` then
-``kill_node`` for anything left)."""
+over BrokerService stubs (batches built with ``storage.record_batch.build_batch``), waits with
+deadlines, a node's Prometheus metrics, and a stopped replica's log read from its files. Every
+process is stopped by pid in the fixtures' ``finally`` (``LocalCluster.down`` then ``kill_node`` for
+anything left)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ import contextlib
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from proto import broker_pb2, broker_pb2_grpc
 from proto.errors import ErrorCode
 from pykraft.admin import AdminClient, PartitionInfo
 from pykraft.cluster import LocalCluster, NodeSpec
+from storage.log import Log
 from storage.record_batch import build_batch, decode_records
 
 # Short protocol timeouts so that failures are detected quickly, yet robust on a loaded 2-core machine.
@@ -35,6 +39,7 @@ FAST_OVERRIDES = {
 }
 START_TIMEOUT_S = 60.0
 RPC_TIMEOUT_S = 10.0
+SCRAPE_TIMEOUT_S = 5.0
 
 
 def wait_for(
@@ -268,3 +273,33 @@ class BrokerCluster:
 
 def batch(values: list[bytes], timestamp_ms: int = 0, **kw) -> bytes:
     return build_batch([(None, v, (), timestamp_ms) for v in values], **kw)
+
+
+def scrape(spec: NodeSpec) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``(sample name, sorted labels) -> value`` from the node's /metrics."""
+    url = f"http://127.0.0.1:{spec.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(spec: NodeSpec, name: str, **labels: str) -> float | None:
+    return scrape(spec).get((name, tuple(sorted(labels.items()))))
+
+
+def read_log_file(directory: Path, end: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record below ``end`` in a stopped replica's partition directory."""
+    log = Log(directory)
+    try:
+        out: list[tuple[int, bytes]] = []
+        while len(out) < end:
+            records = decode_records(log.read(len(out), 1 << 30, max_offset=end))
+            assert records, f"{directory}: nothing at offset {len(out)} below {end}"
+            out.extend((r.offset, r.value) for r in records if r.offset >= len(out))
+        return out
+    finally:
+        log.close()

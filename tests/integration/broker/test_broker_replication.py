@@ -18,10 +18,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from broker_cluster import BrokerCluster, running_cluster, wait_for
+from broker_cluster import BrokerCluster, read_log_file, running_cluster, wait_for
 
 from proto.errors import ErrorCode
-from storage.log import Log
 from storage.record_batch import decode_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -255,21 +254,8 @@ def test_replicas_hold_identical_logs(cluster: BrokerCluster) -> None:
     assert all(graceful.values()), graceful
     for t, brokers in replicas.items():
         logs = {
-            b: _read_log_file(cluster.cluster.data_dir / f"broker-{b}" / f"{t}-0", hws[t]) for b in brokers
+            b: read_log_file(cluster.cluster.data_dir / f"broker-{b}" / f"{t}-0", hws[t]) for b in brokers
         }
         first = logs[brokers[0]]
         assert len(first) == hws[t], f"{t}: {len(first)} records below HW {hws[t]}"
         assert all(log == first for log in logs.values()), f"{t}: replicas differ below HW {hws[t]}"
-
-
-def _read_log_file(directory: Path, end: int) -> list[tuple[int, bytes]]:
-    log = Log(directory)
-    try:
-        out: list[tuple[int, bytes]] = []
-        while len(out) < end:
-            records = decode_records(log.read(len(out), 1 << 30, max_offset=end))
-            assert records, f"{directory}: nothing at offset {len(out)} below {end}"
-            out.extend((r.offset, r.value) for r in records if r.offset >= len(out))
-        return out
-    finally:
-        log.close()

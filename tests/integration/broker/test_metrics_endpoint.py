@@ -9,43 +9,22 @@ return counts an expansion; nothing goes offline while a leader lives.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from broker_cluster import BrokerCluster, running_cluster, wait_for
+from broker_cluster import BrokerCluster, running_cluster, scrape, value, wait_for
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
-from prometheus_client.parser import text_string_to_metric_families
-
-from pykraft.cluster import NodeSpec
 
 pytestmark = pytest.mark.integration
 TOPIC = "metrics"
-SCRAPE_TIMEOUT_S = 5.0
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
     with running_cluster(Path(tmp_path_factory.mktemp("metrics"))) as bc:
         yield bc
-
-
-def scrape(spec: NodeSpec) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """``(sample name, sorted labels) -> value`` from the node's /metrics."""
-    url = f"http://127.0.0.1:{spec.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(spec: NodeSpec, name: str, **labels: str) -> float | None:
-    return scrape(spec).get((name, tuple(sorted(labels.items()))))
 
 
 def test_exactly_one_active_controller_and_raft_state(cluster: BrokerCluster) -> None:
