@@ -17,8 +17,8 @@ reference log of each partition. Values are unique per send, so a value names on
 | ``truncated-read`` | a poll returned a record the final log does not hold at that offset (it was read at |
 |   | or above the HW and later truncated), or the consumer reported a truncation (KIP-320) |
 
-A generation is the stretch of one consumer between two ``assign`` ops (a group rebalance, or a
-new manual assignment). Pure functions, no I/O.
+A generation of a partition is the stretch of one consumer between two ``assign`` ops naming it (a
+group rebalance that assigned it, or a new manual assignment). Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -197,8 +197,9 @@ def poll_order(ok: Iterable[Op], final: dict[TP, dict[int, str]]) -> Iterable[An
     """nonmonotonic-poll and poll-skip, per consumer process and generation."""
     last: dict[str, dict[TP, tuple[int, int]]] = defaultdict(dict)  # process -> tp -> (offset, op)
     for op in ok:
-        if op.f == "assign":
-            last[op.process] = {}
+        if op.f == "assign":  # a new generation for the partitions it (re)assigns
+            for topic, partition in op.value["partitions"]:
+                last[op.process].pop((topic, partition), None)
         if op.f != "poll":
             continue
         seen = last[op.process]

@@ -36,7 +36,13 @@ from tests.chaos.checker import report as anomaly_report
 from tests.chaos.cluster import ChaosCluster, chaos_cluster
 from tests.chaos.history import FAIL, OK, History, Op
 from tests.chaos.nemesis import KINDS, Nemesis, heal_everything, wait_recovered
-from tests.chaos.workload import AdminWorker, ConsumerWorker, ProducerWorker, TopicState
+from tests.chaos.workload import (
+    AdminWorker,
+    ConsumerWorker,
+    GroupConsumerWorker,
+    ProducerWorker,
+    TopicState,
+)
 from tests.integration.broker.broker_cluster import wait_for
 
 TOPIC = "chaos"
@@ -61,6 +67,7 @@ class RunConfig:
     overrides: dict[str, str] = field(default_factory=dict)
     admin_ops: bool = True
     min_faults: int = 0
+    groups: bool = False  # consumers in a group (subscribe + commit) instead of assigned partitions
     schedule: Schedule | None = None  # a scripted nemesis instead of the seeded one
 
 
@@ -98,7 +105,8 @@ def run_chaos(data_dir: Path, config: RunConfig, log: Callable[[str], None] = pr
         topic = TopicState(TOPIC, config.partitions)
         producers = [ProducerWorker(i, history, cluster.bootstrap, topic, config.rate_per_s)
                      for i in range(config.producers)]  # fmt: skip
-        consumers = [ConsumerWorker(i, history, cluster.bootstrap, topic) for i in range(config.consumers)]
+        consumer_class = GroupConsumerWorker if config.groups else ConsumerWorker
+        consumers = [consumer_class(i, history, cluster.bootstrap, topic) for i in range(config.consumers)]
         admin = AdminWorker(history, cluster.cluster.controller_addresses)
         workers = [*producers, *consumers, admin]
         for w in workers:
@@ -234,19 +242,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary directory")
     parser.add_argument("--history", type=Path, default=None, help="write the history here (JSON lines)")
     parser.add_argument("--write-results", action="store_true", help="write the table to bench/RESULTS.md")
+    parser.add_argument("--groups", action=argparse.BooleanOptionalAction, default=RunConfig.groups,
+                        help="consumers in a group (subscribe, commit) or on assigned partitions")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
         data_dir = args.data_dir or Path(tmp)
-        result = run_chaos(data_dir, RunConfig(duration_s=args.duration, seed=args.seed))
+        config = RunConfig(duration_s=args.duration, seed=args.seed, groups=args.groups)
+        result = run_chaos(data_dir, config)
     if args.history:
         args.history.write_text("".join(op.to_json() + "\n" for op in result.history))
-    title = f"{args.duration:.0f} s of faults, seed {args.seed} ({result.seconds:.0f} s in all)"
+    consumers = "group consumers (subscribe, commit)" if args.groups else "assigned consumers"
+    title = f"{args.duration:.0f} s of faults, seed {args.seed}, {consumers} ({result.seconds:.0f} s in all)"
     body = result.table(title)
     print(body)
     if not result.ok:
         print(result.explain(), file=sys.stderr)
     if args.write_results:
-        command = f"--duration {args.duration:.0f} --seed {args.seed} --write-results"
+        groups = "--groups" if args.groups else "--no-groups"
+        command = f"--duration {args.duration:.0f} --seed {args.seed} {groups} --write-results"
         note = (f"Run with `.venv/bin/python -m tests.chaos.run {command}` on a shared 2-core machine "
                 f"({platform.python_version()}). What each row means: docs/chaos.md.\n\n")  # fmt: skip
         failed = "" if result.ok else "\n**FAILED**:\n\n```\n" + result.explain()[:3000] + "\n```\n"

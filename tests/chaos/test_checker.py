@@ -123,6 +123,13 @@ def test_a_new_generation_resets_poll_order() -> None:
     assert check(build(rows)).valid
 
 
+def test_an_assignment_resets_only_the_partitions_it_names() -> None:
+    """Cooperative rebalancing: a partition the member kept keeps its generation."""
+    other = ("consumer-0", "assign", OK, {"generation": 2, "partitions": [[T, 1]]})
+    rows = [assign(), poll([(0, "a"), (1, "b")]), other, poll([(0, "a")]), final(LOG[:2])]
+    assert check(build(rows)).counts["nonmonotonic-poll"] == 1
+
+
 def test_history_round_trips_through_jsonl(tmp_path) -> None:
     history = History()
     start = history.now()

@@ -32,8 +32,9 @@ from tests.chaos.history import FAIL, INFO, OK, History
 OUTSTANDING_PER_PARTITION = 8
 CLOSE_TIMEOUT_S = 20.0
 POLL_MS = 300
+COMMITTED_EVERY = 10
 REPLACE_AFTER_S = 2.0
-ADMIN_ATTEMPTS = 5
+ADMIN_ATTEMPTS = 10
 ADMIN_RETRY_S = 2.0
 
 
@@ -195,6 +196,93 @@ class ConsumerWorker(Worker):
         self.polled += len(records)
         rows = [[r.topic, r.partition, r.offset, (r.value or b"").decode()] for r in records]
         self.history.add(self.process, "poll", OK, start, {"generation": self.generation, "records": rows})
+
+
+class GroupConsumerWorker(Worker):
+    """A member of consumer group ``GROUP`` subscribed to the topic, committing after every poll.
+
+    Each ``on_assign`` is an ``assign`` op listing the partitions it added (a new generation for
+    them in the checker); each non-empty poll is followed by a synchronous ``commit`` of the offsets
+    after the records it returned (``fail`` when the group rebalanced meanwhile — nothing was
+    committed; ``info`` on other errors), and every ``COMMITTED_EVERY`` polls by a ``committed`` op
+    (OffsetFetch) of the assigned partitions.
+    """
+
+    GROUP = "chaos-group"
+
+    def __init__(self, index: int, history: History, bootstrap: str, topic: TopicState) -> None:
+        super().__init__(f"consumer-{index}", history)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.polled = 0
+        self.consumer: Consumer | None = None
+
+    def work(self) -> None:
+        self.consumer = Consumer(
+            self.bootstrap, group_id=self.GROUP, auto_offset_reset="earliest", enable_auto_commit=False,
+            session_timeout_ms=6000, heartbeat_interval_ms=1000, max_poll_interval_ms=60_000,
+            fetch_max_wait_ms=200, request_timeout_ms=5000, retry_backoff_ms=100, metadata_max_age_ms=2000,
+        )  # fmt: skip
+        with self.consumer as consumer:
+            consumer.subscribe([self.topic.name], on_assign=self.on_assign, on_revoke=self.on_revoke)
+            polls = 0
+            while not self.stopping.is_set():
+                start = self.history.now()
+                try:
+                    records = consumer.poll(POLL_MS)
+                except Exception as exc:
+                    value = {"generation": consumer.generation_id(), "records": []}
+                    self.history.add(self.process, "poll", FAIL, start, value, error=repr(exc))
+                    self.stopping.wait(0.1)
+                    continue
+                if records:
+                    self.polled += len(records)
+                    rows = [[r.topic, r.partition, r.offset, (r.value or b"").decode()] for r in records]
+                    value = {"generation": consumer.generation_id(), "records": rows}
+                    self.history.add(self.process, "poll", OK, start, value)
+                    self.commit(consumer, records)
+                polls += 1
+                if polls % COMMITTED_EVERY == 0 and consumer.assignment():
+                    self.fetch_committed(consumer)
+
+    def on_assign(self, partitions: list[TopicPartition]) -> None:
+        assert self.consumer is not None
+        value = {"generation": self.consumer.generation_id(),
+                 "partitions": sorted([tp.topic, tp.partition] for tp in partitions)}  # fmt: skip
+        self.history.add(self.process, "assign", OK, self.history.now(), value)
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        assert self.consumer is not None
+        value = {"generation": self.consumer.generation_id(),
+                 "partitions": sorted([tp.topic, tp.partition] for tp in partitions)}  # fmt: skip
+        self.history.add(self.process, "revoke", OK, self.history.now(), value)
+
+    def commit(self, consumer: Consumer, records: list[ConsumerRecord]) -> None:
+        from pykraft.consumer_coordinator import CommitFailedError  # only with consumer groups
+
+        offsets = {TopicPartition(r.topic, r.partition): r.offset + 1 for r in records}
+        value = {"group": self.GROUP, "generation": consumer.generation_id(),
+                 "offsets": sorted([tp.topic, tp.partition, o] for tp, o in offsets.items())}  # fmt: skip
+        start = self.history.now()
+        try:
+            consumer.commit(offsets)
+        except CommitFailedError as exc:
+            self.history.add(self.process, "commit", FAIL, start, value, error=repr(exc))
+        except Exception as exc:
+            self.history.add(self.process, "commit", INFO, start, value, error=repr(exc))
+        else:
+            self.history.add(self.process, "commit", OK, start, value)
+
+    def fetch_committed(self, consumer: Consumer) -> None:
+        start = self.history.now()
+        try:
+            committed = consumer.committed(sorted(consumer.assignment()))
+        except Exception as exc:
+            value = {"group": self.GROUP, "generation": consumer.generation_id(), "offsets": []}
+            self.history.add(self.process, "committed", INFO, start, value, error=repr(exc))
+            return
+        offsets = sorted([tp.topic, tp.partition, o] for tp, o in committed.items() if o is not None)
+        value = {"group": self.GROUP, "generation": consumer.generation_id(), "offsets": offsets}
+        self.history.add(self.process, "committed", OK, start, value)
 
 
 class AdminWorker(Worker):
