@@ -342,8 +342,9 @@ class ConsumerCoordinator:
         self._join_prepared = False
         self.last_heartbeat_received_ms = self.next_heartbeat_ms = now_ms  # the session starts now
         self.last_poll_ms = now_ms  # a long join must not count against max.poll.interval.ms
-        if not self.is_leader_of_last_join():
-            self._assigned_counts = {t: c for t, c in counts.items() if t in self.subscription}
+        own = {t: c for t, c in counts.items() if t in self.subscription}
+        # The leader watches every topic it assigned (compute_assignment), the others their own.
+        self._assigned_counts = {**self._assigned_counts, **own} if self.is_leader_of_last_join() else own
         if assignment.error == NEED_REJOIN:
             self.request_rejoin("the assignment asked for a follow-up rebalance (NEED_REJOIN)")
         elif self.protocol is RebalanceProtocol.COOPERATIVE and revoked:
