@@ -6,8 +6,9 @@ thread, ``log.cleaner.threads=1``), and for each log that has something worth cl
 1. ``Log.plan_cleaning`` on the event loop (picks segments, duplicates their descriptors: cheap);
 2. ``storage.cleaner.clean`` in a worker thread: all the reading, decoding, re-encoding and writing,
    so produce and fetch on the event loop never wait for it;
-3. ``Log.finish_cleaning`` back on the event loop: a few renames swap the cleaned segments in — the
-   only step that changes the log, and it runs between two requests, never inside one.
+3. ``Log.finish_cleaning`` back on the event loop: a small fsynced commit marker and a few renames swap
+   the cleaned segments in — the only step that changes the log, and it runs between two requests;
+4. ``storage.cleaner.finalize`` in the worker thread again: fsync the renames, unlink the old files.
 
 A pass that fails (a corrupt segment, a full disk) is logged and given up; its ``.cleaned`` files are
 removed and the log is tried again at the next round. When the broker stops mid-pass the worker
@@ -68,6 +69,10 @@ class LogCleanerDriver:
         if not plog.finish_cleaning(result):
             log.info("%s-%d: log changed while it was cleaned; discarded the pass", *tp)
             return False
+        try:  # fsync the renames, free the replaced files: off the loop too
+            await loop.run_in_executor(self._executor, cleaner.finalize, plog.directory)
+        except OSError as exc:  # e.g. the partition was deleted meanwhile; the next start finishes it
+            log.warning("%s-%d: finishing the cleaner's swap failed: %s", *tp, exc)
         self.passes += 1
         log.info(
             "%s-%d: cleaned up to offset %d: %d -> %d bytes, %d records removed, %.0f ms", *tp,

@@ -13,20 +13,20 @@ module reads and writes files. A cleaning pass has three steps, split by who may
        <base>.log.cleaned  <base>.index.cleaned  <base>.timeindex.cleaned
 
 3. ``Log.finish_cleaning(result)`` (the owner again, briefly): if the planned segments are still the
-   log's, each group is swapped in by ``commit_swap`` — Kafka's ``.swap`` protocol:
+   log's, ``commit`` swaps every group in — Kafka's ``.swap`` idea with one commit point per pass::
 
-       rename <base>.*.cleaned -> <base>.*.swap, fsync dir     <- the commit point is <base>.log.swap
-       unlink the old segments' files                             (their open descriptors stay valid)
-       rename <base>.*.swap -> <base>.*, fsync dir
+       write cleaner-swap (the groups' offset ranges; temp file, fsync, rename, fsync dir)   <- commit
+       per group: rename the old segments' files to *.deleted, rename <base>.*.cleaned to <base>.*
 
-   otherwise (truncated, deleted, closed) the cleaned files are discarded.
+   otherwise (truncated, deleted, closed) the cleaned files are discarded. Then ``finalize`` (back in
+   the worker thread) fsyncs the directory, removes the marker and unlinks the ``*.deleted`` files.
 
 Recovery (``complete_interrupted_swaps``, run by ``storage.log_loader`` before it lists segments):
-every ``*.cleaned`` file is deleted (a pass that never committed); a ``<base>.log.swap`` committed:
-the segments it replaces — base offsets in ``[base, end offset of the swap file)`` — are deleted and
-the swap file takes the live name (its indexes are rebuilt by the loader). A cleaned segment always
-ends at the same offset as the segments it replaces (their last batch is kept, empty if need be), so
-segments stay contiguous.
+without a marker, every ``*.cleaned`` file is from a pass that never committed: deleted. With one,
+each listed group is finished whatever subset of its renames reached the disk (see there). A cleaned
+segment always ends at the same offset as the segments it replaces (their last batch is kept, empty
+if need be), so segments stay contiguous; a pass commits all its groups or none, so a tombstone
+dropped in a later group never resurrects a value kept by an earlier, uncommitted one.
 
 Also here: the cleaner checkpoint, one offset per partition directory (``cleaner-offset-checkpoint``,
 ``storage.checkpoint`` format): the end of the last cleaned range, i.e. the first dirty offset
@@ -43,10 +43,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proto import errors
 from storage import compaction
-from storage.batch_header import HEADER_SIZE, BatchHeader, CorruptRecordError, iter_batches, parse_header
-from storage.checkpoint import fsync_dir
+from storage.batch_header import HEADER_SIZE, BatchHeader, CorruptRecordError, parse_header
+from storage.checkpoint import CheckpointFile, fsync_dir
 from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -59,7 +58,8 @@ from storage.segment import (
 )
 
 CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+COMMIT_FILE = "cleaner-swap"
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 READ_CHUNK_BYTES = 1 << 20
 WRITE_CHUNK_BYTES = 1 << 20
@@ -139,6 +139,7 @@ def clean(plan: CleaningPlan) -> CleaningResult:
             originals = segments[group.start : group.stop]
             result.groups.append(CleanedGroup(originals, None))
             result.groups[-1].cleaned = _clean_group(plan, originals, offset_map, last_of_producer, result)
+        fsync_dir(plan.directory)  # the .cleaned names are durable before a marker can name them
     except BaseException:
         result.discard()
         raise
@@ -270,43 +271,64 @@ def _file_batches(fd: int, size_bytes: int) -> Iterator[tuple[BatchHeader, bytes
 # ---------------------------------------------------------------------------- the swap and recovery
 
 
-def commit_swap(directory: Path, group: CleanedGroup) -> LogSegment:
-    """Swap one cleaned group in (see the module docstring); returns the new live segment. The old
-    segments' files are unlinked but their descriptors stay open: the caller closes them later."""
-    cleaned = group.cleaned
-    assert cleaned is not None and cleaned.file_suffix == CLEANED_SUFFIX, f"not a cleaned segment: {cleaned}"
-    cleaned.change_file_suffix(SWAP_SUFFIX)
+def commit(directory: Path, groups: list[CleanedGroup]) -> None:
+    """Swap the cleaned groups in (the log's owner, after checking the plan still holds). The commit
+    point is the marker ``cleaner-swap`` (written atomically: temp file, fsync, rename, fsync dir) that
+    lists each group's offset range; then, per group, the old segments' files are renamed to
+    ``*.deleted`` and the cleaned files to the live names — renames only, no fsync: ``finalize``
+    (off the loop) makes them durable, then removes the marker and the ``*.deleted`` files. The old
+    segments' descriptors stay open (the caller closes them later)."""
+    groups = [group for group in groups if group.cleaned is not None]
+    if not groups:
+        return
+    ranges = [(group.originals[0].info.base_offset, group.originals[-1].info.next_offset) for group in groups]
+    CheckpointFile(directory / COMMIT_FILE, width=2).write(ranges)
+    for group in groups:
+        cleaned = group.cleaned
+        assert cleaned is not None and cleaned.file_suffix == CLEANED_SUFFIX, f"not cleaned: {cleaned}"
+        for planned in group.originals:
+            planned.segment.change_file_suffix(DELETED_SUFFIX)
+        cleaned.change_file_suffix("")
+
+
+def finalize(directory: Path) -> None:
+    """After ``commit``, off the log's thread: make the renames durable, then drop the marker and the
+    replaced files (their blocks are freed here, not on the event loop)."""
     fsync_dir(directory)
-    for planned in group.originals:
-        old = planned.segment
-        for path in (old.log_path, old.offset_index.path, old.time_index.path):
+    (directory / COMMIT_FILE).unlink(missing_ok=True)
+    for path in directory.iterdir():
+        if path.name.endswith(DELETED_SUFFIX):
             path.unlink(missing_ok=True)
-    cleaned.change_file_suffix("")
     fsync_dir(directory)
-    return cleaned
 
 
 def complete_interrupted_swaps(directory: Path) -> int:
-    """Startup: drop uncommitted ``.cleaned`` files, finish committed swaps; returns swaps finished."""
-    names = sorted(path.name for path in directory.iterdir())
-    for name in names:
-        if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and LOG_SUFFIX not in name):
-            (directory / name).unlink()  # index .swap files: the loader rebuilds the indexes
-    finished = 0
-    for name in names:
-        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-            continue
-        swap = directory / name
-        base_offset = int(name[:20])
-        end_offset = _end_offset(swap, base_offset)
+    """Startup: finish a committed pass (the marker lists its groups), drop every other leftover
+    (``*.cleaned`` of a pass that never committed, ``*.deleted``); returns the groups completed.
+
+    For each group ``(base, end)`` of the marker, whatever subset of its renames reached the disk:
+    the live files of segments with a base in ``(base, end)`` are old ones (delete), ``<base>``'s
+    indexes may be old or new (delete: the loader rebuilds them), and if ``<base>.log.cleaned`` is
+    still there it replaces ``<base>.log``."""
+    marker = CheckpointFile(directory / COMMIT_FILE, width=2)
+    ranges = marker.read() or []
+    for base_offset, end_offset in ranges:
         for path in directory.iterdir():
-            if _segment_file_base(path.name) in range(base_offset, end_offset):
+            base = _segment_file_base(path.name)
+            covered = base is not None and base_offset < base < end_offset
+            if covered or (base == base_offset and not path.name.endswith(LOG_SUFFIX)):
                 path.unlink()
-        swap.rename(directory / segment_file_name(base_offset, LOG_SUFFIX))
-        finished += 1
-    if names:
+        cleaned = directory / segment_file_name(base_offset, LOG_SUFFIX + CLEANED_SUFFIX)
+        if cleaned.exists():
+            os.replace(cleaned, directory / segment_file_name(base_offset, LOG_SUFFIX))
+    leftovers = [p for p in directory.iterdir() if p.name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX))]
+    for path in leftovers:
+        path.unlink()
+    if ranges or leftovers:
         fsync_dir(directory)
-    return finished
+        marker.path.unlink(missing_ok=True)  # only once the completed renames are durable
+        fsync_dir(directory)
+    return len(ranges)
 
 
 def _segment_file_base(name: str) -> int | None:
@@ -314,17 +336,3 @@ def _segment_file_base(name: str) -> int | None:
     if name[:20].isdigit() and name[20:] in _SEGMENT_SUFFIXES:
         return int(name[:20])
     return None
-
-
-def _end_offset(swap: Path, base_offset: int) -> int:
-    data = swap.read_bytes()
-    end = base_offset
-    try:
-        for _, header in iter_batches(data, validate=False):
-            end = header.next_offset
-    except CorruptRecordError as exc:
-        raise errors.KafkaStorageError(
-            f"{swap}: a committed cleaned segment is unreadable ({exc.reason}); it was fsynced before "
-            "the swap, so the disk lost data: delete the partition directory to refetch it from the leader"
-        ) from None
-    return end

@@ -18,7 +18,8 @@ marker, recovery) and ``storage.segment`` (segments and indexes).
 Compaction (``cleanup.policy`` contains ``compact``; ``storage.compaction``, ``storage.cleaner``): a
 leader append refuses records without a key; ``plan_cleaning`` picks whole inactive segments below
 the HW, a background thread cleans them into new files (``cleaner.clean``), and ``finish_cleaning``
-swaps them in — if the planned segments are still there — in one short call. Offsets never change;
+swaps them in — if the planned segments are still there — in one short call (renames behind one
+fsynced commit marker). Offsets never change;
 a compacted log has gaps, which reads (the first batch ending at or after an offset) and follower
 appends (a batch may start past the LEO) accept, as in Kafka. Retention by time and size applies
 only when the policy contains ``delete``.
@@ -620,8 +621,9 @@ class Log:
             self._cleaning = None
 
     def finish_cleaning(self, result: cleaner.CleaningResult) -> bool:
-        """Swap the cleaned segments in (crash-safe renames, ``cleaner.commit_swap``) if the planned
-        segments are still this log's, unchanged; else discard them. True if swapped in."""
+        """Swap the cleaned segments in (``cleaner.commit``: one fsynced commit marker, then renames) if
+        the planned segments are still this log's, unchanged; else discard them. True if swapped in:
+        the caller then runs ``cleaner.finalize(directory)`` off this thread."""
         assert self._cleaning is result.plan, f"{self.name}: finishing a pass this log did not plan"
         self._cleaning = None
         if self._closed or not self._plan_still_holds(result.plan):
@@ -630,15 +632,15 @@ class Log:
         for segment in self._retired:  # replaced one pass ago: nobody reads them any more
             segment.close()
         self._retired = []
+        cleaner.commit(self.directory, result.groups)
         for group in result.groups:
             if group.cleaned is None:
                 continue
             first = next(i for i, s in enumerate(self._segments) if s is group.originals[0].segment)
-            new_segment = cleaner.commit_swap(self.directory, group)
-            group.cleaned = None
-            self._segments[first : first + len(group.originals)] = [new_segment]
-            self._bases[first : first + len(group.originals)] = [new_segment.base_offset]
+            self._segments[first : first + len(group.originals)] = [group.cleaned]
+            self._bases[first : first + len(group.originals)] = [group.cleaned.base_offset]
             self._retired.extend(planned.segment for planned in group.originals)
+            group.cleaned = None
         self._first_dirty_offset = result.end_offset
         self._cleaner_checkpoint.write(result.end_offset)
         self._tombstone_horizon_ms = result.tombstone_horizon_ms

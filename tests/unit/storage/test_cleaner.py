@@ -15,6 +15,7 @@ from storage_log_helpers import FakeClock
 from proto import errors
 from storage import cleaner, compaction
 from storage.batch_header import DELETE_HORIZON_MASK
+from storage.checkpoint import CheckpointFile
 from storage.compression import CompressionType
 from storage.config import LogConfig
 from storage.log import Log
@@ -22,6 +23,7 @@ from storage.record_batch import build_batch, iter_batches
 
 COMPACT = {"cleanup_policy": "compact", "min_cleanable_dirty_ratio": 0.0, "retention_ms": None}
 KEYS = [b"k%d" % i for i in range(5)]
+LEFTOVERS = (cleaner.CLEANED_SUFFIX, cleaner.DELETED_SUFFIX, cleaner.COMMIT_FILE)
 
 
 @pytest.fixture
@@ -91,7 +93,9 @@ def run_cleaner(log: Log) -> cleaner.CleaningResult | None:
         return None
     result = cleaner.clean(plan)
     assert log.finish_cleaning(result)
+    cleaner.finalize(log.directory)
     log.invariants()
+    assert not [p.name for p in log.directory.iterdir() if p.name.endswith(LEFTOVERS)]
     return result
 
 
@@ -278,7 +282,8 @@ def test_readers_of_a_replaced_segment_keep_reading_old_bytes(open_log) -> None:
     old = log._segments[0]
     old_bytes = old.read(0, old.size_bytes)
     run_cleaner(log)
-    assert log._segments[0] is not old and log._segments[0].log_path == old.log_path
+    assert log._segments[0] is not old and log._segments[0].base_offset == old.base_offset
+    assert not old.log_path.exists()  # unlinked by cleaner.finalize, still open
     assert old.read(0, old.size_bytes) == old_bytes
     assert log._segments[0].read(0, log._segments[0].size_bytes) != old_bytes
 
@@ -294,36 +299,51 @@ def _crash(log: Log) -> None:
 
 
 def _interrupted_pass(log: Log, stop_after: str) -> cleaner.CleaningResult:
+    """Run a pass and stop it at ``stop_after``, leaving the files as a crash there would."""
     plan = log.plan_cleaning()
     assert plan is not None
     result = cleaner.clean(plan)
     if stop_after == "cleaned":
         return result
-    group = result.groups[0]
+    groups = [group for group in result.groups if group.cleaned is not None]
+    ranges = [(g.originals[0].info.base_offset, g.originals[-1].info.next_offset) for g in groups]
+    CheckpointFile(log.directory / cleaner.COMMIT_FILE, width=2).write(ranges)  # the commit point
+    if stop_after == "marker":
+        return result
+    group = groups[0]
     assert group.cleaned is not None
-    group.cleaned.change_file_suffix(cleaner.SWAP_SUFFIX)
-    if stop_after == "unlinked":
-        for planned in group.originals:
-            planned.segment.log_path.unlink()
+    if stop_after == "index-renamed":  # the new index is live, the log still .cleaned
+        group.cleaned.offset_index.path.rename(group.originals[0].segment.offset_index.path)
+    elif stop_after == "log-renamed-others-not":  # reordered on disk: new log live, old files live
+        group.cleaned.log_path.rename(group.originals[0].segment.log_path)
+    elif stop_after == "all-renamed":
+        for group in groups:
+            for planned in group.originals:
+                planned.segment.change_file_suffix(cleaner.DELETED_SUFFIX)
+            group.cleaned.change_file_suffix("")
     return result
 
 
-@pytest.mark.parametrize("stop_after", ["cleaned", "swap", "unlinked"])
+@pytest.mark.parametrize(
+    "stop_after", ["cleaned", "marker", "index-renamed", "log-renamed-others-not", "all-renamed"]
+)
 def test_interrupted_swap_recovery(open_log, tmp_path, stop_after) -> None:
-    """A crash before the commit point (.log.swap) leaves the old segments; after it, recovery
-    finishes the swap. Either way the log reads as one of the two consistent states."""
-    log = open_log(segment_bytes=10_000)
-    model = fill(log, rounds=4)
+    """A crash before the commit marker leaves the old segments; after it, recovery finishes the swap
+    from whatever subset of the renames reached the disk. Either way the log reads as one of the two
+    consistent states, with fresh indexes and no leftovers."""
+    log = open_log(segment_bytes=1_500)  # several groups of a few segments each
+    model = fill(log, rounds=8)
     before = records_of(log)
     leo = log.log_end_offset
     result = _interrupted_pass(log, stop_after)
+    assert len(result.groups) > 1
     _crash(log)
     for group in result.groups:
         if group.cleaned is not None:
             group.cleaned.close()
-    reopened = open_log(segment_bytes=10_000)
+    reopened = open_log(segment_bytes=1_500)
     names = [p.name for p in (tmp_path / "topic-0").iterdir()]
-    assert not [n for n in names if n.endswith((cleaner.CLEANED_SUFFIX, cleaner.SWAP_SUFFIX))], names
+    assert not [n for n in names if n.endswith(LEFTOVERS)], names
     assert reopened.log_end_offset == leo
     reopened.update_high_watermark(leo)
     if stop_after == "cleaned":
