@@ -178,8 +178,11 @@ class FetcherDriver:
     async def _sleep_until(self, wake_ms: int | None) -> None:
         self._wake.clear()
         timeout = None if wake_ms is None else max(0.0, (wake_ms - monotonic_ms()) / 1000)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel (stop()) that races
+        # a wake-up, and the loop would then never end (CPython gh-86296; raft/driver.py "Stopping").
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
 
     def _request(self, plan: FetchRequestPlan) -> replica_pb2.ReplicaFetchRequest:
         config = self.fetcher.config

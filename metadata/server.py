@@ -7,8 +7,10 @@
 One gRPC port serves RaftService (the other voters), AdminService (clients), ControllerService
 (brokers) and the standard health service. The Raft leader is the active controller. The process
 prints ``READY <node-id>`` once it serves; SIGTERM or SIGINT stops it gracefully (an active
-controller hands leadership over first). A bad flag or an unusable data directory exits with status
-2 and one line on stderr naming the problem, never a traceback.
+controller hands leadership over first), bounded: a stop still running after ``SHUTDOWN_DEADLINE_S``
+is logged (``shutdown_stuck``, naming the step) and the process exits with status 3. A bad flag or
+an unusable data directory exits with status 2 and one line on stderr naming the problem, never a
+traceback.
 
 Settings use Kafka's config names and come from ``--override KEY=VALUE``, ``PYKRAFT_<NAME>``
 environment variables and ``--config-file`` (``proto.settings``: flags > environment > file >
@@ -34,6 +36,7 @@ import os
 import random
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +60,9 @@ from raft.store import RaftStoreCorruptError
 log = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
+EXIT_STUCK = 3  # the shutdown watchdog fired (see start_shutdown_watchdog)
+SERVER_STOP_GRACE_S = 0.5
+SHUTDOWN_DEADLINE_S = 10.0  # plus two election timeouts (a leadership hand-over)
 SERVICE_NAMES = [
     "pykraft.raft.RaftService",
     "pykraft.admin.AdminService",
@@ -241,6 +247,7 @@ class ControllerNode:
         )
         self.server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task] = []
+        self.stopping_step = ""  # what stop() is doing (named by the shutdown watchdog)
 
     async def start(self) -> None:
         await self.driver.start()
@@ -266,20 +273,48 @@ class ControllerNode:
         self._tasks.append(asyncio.create_task(fence_loop(active, interval_s), name="fence-loop"))
 
     async def stop(self) -> None:
+        """Fencing stops, health turns NOT_SERVING, the Raft driver stops (an active controller hands
+        leadership over first, while the server still answers the votes), then the server: open
+        streams (brokers' FetchMetadata) get ``SERVER_STOP_GRACE_S`` and are cancelled."""
+        self.stopping_step = "fence loop"
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.stopping_step = "health and metrics"
         await self.health.set_serving(False)
         if self.metrics is not None:
             self.metrics.close()
+        self.stopping_step = "raft driver"
         await self.driver.stop()
+        self.stopping_step = "forwarder"
         await self.forwarder.close()
+        self.stopping_step = "grpc server"
         assert self.server is not None
-        await self.server.stop(grace=0.5)
+        await self.server.stop(grace=SERVER_STOP_GRACE_S)
+        self.stopping_step = "event loop cleanup"
+
+
+def start_shutdown_watchdog(node: ControllerNode, deadline_s: float) -> threading.Timer:
+    """Last resort: every step of ``stop()`` is bounded, so a stop still running after ``deadline_s``
+    is a bug; exit with EXIT_STUCK and a log line naming the step instead of waiting for SIGKILL."""
+
+    def fire() -> None:
+        log_event(log, logging.CRITICAL, "shutdown_stuck", step=node.stopping_step, deadline_s=deadline_s)
+        logging.shutdown()
+        os._exit(EXIT_STUCK)
+
+    timer = threading.Timer(deadline_s, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before start(): a SIGTERM while starting stops cleanly
+        loop.add_signal_handler(sig, stop.set)
     node = ControllerNode(
         args.node_id, args.listen, args.voters, args.data_dir, settings, args.seed, args.metrics_port
     )
@@ -287,12 +322,11 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
     if node.metrics is not None:
         print(f"METRICS {node.metrics.url}", flush=True)
         log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics.url)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     print(f"READY {args.node_id}", flush=True)
     await stop.wait()
+    log_event(log, logging.INFO, "shutdown", leader=node.driver.is_leader)
+    # Covers stop() and asyncio.run's own clean-up of leftover tasks; a daemon thread, gone at exit.
+    start_shutdown_watchdog(node, SHUTDOWN_DEADLINE_S + 2 * settings.election_timeout_ms / 1000)
     await node.stop()
 
 

@@ -101,8 +101,9 @@ class MetadataStateMachine:
             return
         if self._new_entry is None or self._new_entry.done():
             self._new_entry = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._new_entry), timeout_s)
+        try:  # asyncio.timeout, not wait_for: it keeps a cancel that races the wake-up (gh-86296)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self._new_entry)
         except TimeoutError:
             return
 

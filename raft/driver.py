@@ -37,6 +37,12 @@ Errors: ``NotLeaderError`` (Kafka's NOT_CONTROLLER, 41) carries ``leader_id`` (`
 unknown); ``RequestTimedOutError`` (7) when a commit does not happen within ``propose_timeout_s``.
 A corrupt store raises ``raft.store.RaftStoreCorruptError`` from ``start()``.
 
+Stopping. ``stop()`` ends the loop by a flag the loop checks every iteration as well as by cancelling
+it, and every timed wait here uses ``asyncio.timeout``, never ``asyncio.wait_for``: on Python 3.11
+``wait_for`` swallows a cancellation that arrives in the same loop iteration as its inner future
+completes (fixed in 3.12, CPython gh-86296), and a loop woken by a message at the moment it was
+cancelled used to run on forever, so ``stop()`` hung until SIGKILL.
+
 Single event loop; not thread-safe.
 """
 
@@ -239,6 +245,7 @@ class RaftDriver:
             with contextlib.suppress(errors.KafkaError):
                 await self.transfer_leadership(ANY_FOLLOWER)
         self._stopped = True
+        self._wakeup.set()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -329,7 +336,8 @@ class RaftDriver:
 
     async def _bounded(self, future: asyncio.Future[Any], what: str) -> Any:
         try:
-            return await asyncio.wait_for(future, self.config.propose_timeout_s)
+            async with asyncio.timeout(self.config.propose_timeout_s):  # not wait_for: see "Stopping"
+                return await future
         except TimeoutError:
             raise RequestTimedOutError(
                 f"{what} on node {self.node_id} took over {self.config.propose_timeout_s} s; "
@@ -353,7 +361,7 @@ class RaftDriver:
     # ---- the loop -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             await self._wait_for_work()
             now = now_ms()
             waiters = self._step_inbox(now)
@@ -376,7 +384,8 @@ class RaftDriver:
         wait_ms = MAX_IDLE_WAIT_MS if deadline is None else min(MAX_IDLE_WAIT_MS, deadline - now_ms())
         if wait_ms > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), wait_ms / 1000)
+                async with asyncio.timeout(wait_ms / 1000):  # not wait_for: see "Stopping"
+                    await self._wakeup.wait()
         self._wakeup.clear()
 
     def _step_inbox(self, now: int) -> Waiters:
