@@ -124,7 +124,7 @@ class GroupConsumerMixin:
 
     def _group_poll(self: Consumer, deadline_ms: int) -> bool:
         """Auto-commit when due, follow the pattern and partition counts, (re)join; False when the
-        member could not join before ``deadline_ms``."""
+        member has nothing to fetch before ``deadline_ms`` (still joining, owning nothing)."""
         group = self._group
         assert group is not None, "_group_poll without a group"
         now = _now_ms()
@@ -143,8 +143,10 @@ class GroupConsumerMixin:
             }
             with group.lock:
                 group.core.on_partition_counts(counts)
-        if not group.ensure_active_group(deadline_ms):
-            return False
+        # A member that owns partitions during a rebalance (cooperative) keeps fetching them: it only
+        # checks on its JoinGroup/SyncGroup; one that owns nothing waits for the group up to the deadline.
+        if not group.ensure_active_group(now if self._states else deadline_ms):
+            return bool(self._states)
         self._fetch_committed_positions(deadline_ms)
         return True
 

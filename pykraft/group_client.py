@@ -136,6 +136,8 @@ class GroupClient:
         self._request_timeout_s = request_timeout_ms / 1000
         self._wake = threading.Condition(self.lock)
         self._closed = False
+        # A JoinGroup or SyncGroup in flight: (api, call, what to do with its answer). Consumer thread only.
+        self._pending: tuple[str, grpc.Future, Callable[[Any], Next]] | None = None
         self._heartbeat_thread = threading.Thread(
             target=self._heartbeat_loop, name=f"pykraft-heartbeat-{config.group_id}", daemon=True
         )
@@ -191,20 +193,35 @@ class GroupClient:
     # ---- joining ------------------------------------------------------------------------------------
 
     def ensure_active_group(self, deadline_ms: int) -> bool:
-        """Join (or rejoin) until the member is stable with a fresh assignment, or ``deadline_ms``."""
+        """Join (or rejoin) until the member is stable with a fresh assignment (True), or until
+        ``deadline_ms`` (False). A JoinGroup or SyncGroup still unanswered at the deadline stays in
+        flight and is picked up by the next call (Kafka's poll does the same), so ``poll(timeout)``
+        returns in time and a cooperative member keeps fetching its partitions meanwhile."""
         while True:
             with self.lock:
                 if self.core.fatal is not None:
                     raise self.core.fatal
-                if not self.core.rejoin_needed:
+                if not self.core.rejoin_needed and self._pending is None:
                     return True
-            if self._closed or not self.ensure_coordinator(deadline_ms):
+            if self._closed:
                 return False
-            with self.lock:
-                change = self.core.prepare_join()
-            if change is not None:
-                self._hooks.on_join_prepare(change)
-            step = self._join_and_sync()
+            if self._pending is not None:
+                api, call, on_done = self._pending
+                if not _wait(call, deadline_ms):
+                    return False
+                self._pending = None
+                try:
+                    step = on_done(call.result())
+                except grpc.RpcError as exc:
+                    step = self._on_rpc_error(api, exc)
+            elif not self.ensure_coordinator(deadline_ms):
+                return False
+            else:
+                with self.lock:
+                    change = self.core.prepare_join()
+                if change is not None:
+                    self._hooks.on_join_prepare(change)
+                step = self._send_join()
             if step is Next.FATAL:
                 with self.lock:
                     assert self.core.fatal is not None, "a fatal step carries an error"
@@ -213,10 +230,8 @@ class GroupClient:
                 if _now_ms() + self.config.retry_backoff_ms >= deadline_ms:
                     return False
                 time.sleep(self.config.retry_backoff_ms / 1000)
-            elif step is Next.RETRY_NOW and _now_ms() >= deadline_ms:
-                return False
 
-    def _join_and_sync(self) -> Next:
+    def _send_join(self) -> Next:
         stub = self._coordinator_stub()
         if stub is None:
             return Next.FIND_COORDINATOR
@@ -238,11 +253,13 @@ class GroupClient:
         if self.config.group_instance_id is not None:
             request.group_instance_id = self.config.group_instance_id
         log.info("group %s: joining (%s)", self.config.group_id, join.reason)
+        # The coordinator holds a JoinGroup until the group forms: up to the rebalance timeout.
         timeout_s = self.config.max_poll_interval_ms / 1000 + self._request_timeout_s
-        try:
-            response = stub.JoinGroup(request, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            return self._on_rpc_error("JoinGroup", exc)
+        call = stub.JoinGroup.future(request, timeout=timeout_s)
+        self._pending = ("JoinGroup", call, lambda response: self._on_join_response(stub, response))
+        return Next.CONTINUE
+
+    def _on_join_response(self, stub: Any, response: group_pb2.JoinGroupResponse) -> Next:
         result = JoinResult(
             error=response.error.code,
             message=response.error.message,
@@ -267,25 +284,12 @@ class GroupClient:
         counts = self._hooks.partition_counts(topics)
         with self.lock:
             assignments = self.core.compute_assignment(counts) if leader else {}
-        return self._sync(
-            stub, result.generation_id, result.member_id, result.protocol_name, assignments, counts
-        )
-
-    def _sync(
-        self,
-        stub: Any,
-        generation_id: int,
-        member_id: str,
-        protocol_name: str,
-        assignments: Mapping[str, Assignment],
-        counts: Mapping[str, int],
-    ) -> Next:
         request = group_pb2.SyncGroupRequest(
             group_id=self.config.group_id,
-            generation_id=generation_id,
-            member_id=member_id,
+            generation_id=result.generation_id,
+            member_id=result.member_id,
             protocol_type=PROTOCOL_TYPE,
-            protocol_name=protocol_name,
+            protocol_name=result.protocol_name,
             assignments=[
                 group_pb2.SyncGroupAssignment(member_id=m, assignment=encode_assignment(a))
                 for m, a in assignments.items()
@@ -293,12 +297,16 @@ class GroupClient:
         )
         if self.config.group_instance_id is not None:
             request.group_instance_id = self.config.group_instance_id
-        try:
-            response = stub.SyncGroup(
-                request, timeout=self.config.max_poll_interval_ms / 1000 + self._request_timeout_s
-            )
-        except grpc.RpcError as exc:
-            return self._on_rpc_error("SyncGroup", exc)
+        timeout_s = self.config.max_poll_interval_ms / 1000 + self._request_timeout_s
+        call = stub.SyncGroup.future(request, timeout=timeout_s)
+        self._pending = (
+            "SyncGroup", call, lambda response: self._on_sync_response(response, result.generation_id, counts)
+        )  # fmt: skip
+        return Next.CONTINUE
+
+    def _on_sync_response(
+        self, response: group_pb2.SyncGroupResponse, generation_id: int, counts: Mapping[str, int]
+    ) -> Next:
         code = response.error.code
         assignment = decode_assignment(response.assignment) if code == ErrorCode.NONE else None
         with self.lock:
@@ -585,6 +593,9 @@ class GroupClient:
     # ---- lifecycle ----------------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self._pending is not None:
+            self._pending[1].cancel()
+            self._pending = None
         with self.lock:
             self._closed = True
             self._wake.notify_all()
@@ -593,3 +604,10 @@ class GroupClient:
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def _wait(call: grpc.Future, deadline_ms: int) -> bool:
+    """Wait for ``call`` until ``deadline_ms``; True when it is done."""
+    done = threading.Event()
+    call.add_done_callback(lambda _call: done.set())
+    return done.wait(max(0, deadline_ms - _now_ms()) / 1000)
