@@ -10,9 +10,12 @@ thread, ``log.cleaner.threads=1``), and for each log that has something worth cl
    the cleaned segments in — the only step that changes the log, and it runs between two requests;
 4. ``storage.cleaner.finalize`` in the worker thread again: fsync the renames, unlink the old files.
 
-A pass that fails (a corrupt segment, a full disk) is logged and given up; its ``.cleaned`` files are
-removed and the log is tried again at the next round. When the broker stops mid-pass the worker
-finishes its files, nobody swaps them in, and the next start deletes them (``storage.cleaner``).
+A pass that fails in the thread (a corrupt segment, a full disk) is logged and given up; its
+``.cleaned`` files are removed and the log is tried again at the next round. A failure of the swap
+itself (a rename refused) is an I/O error on the log directory: the task fails and the broker stops
+loudly (``broker.server``), and the next start finishes or drops the pass from the files. When the
+broker stops mid-pass the worker finishes its files, nobody swaps them in, and the next start deletes
+them (``storage.cleaner``).
 """
 
 from __future__ import annotations
@@ -52,7 +55,11 @@ class LogCleanerDriver:
         """One pass over every hosted log that needs cleaning; returns how many were swapped in."""
         swapped = 0
         for tp, plog in list(self.logs().items()):
-            plan = plog.plan_cleaning()
+            try:
+                plan = plog.plan_cleaning()
+            except OSError as exc:  # e.g. out of file descriptors
+                log.warning("%s-%d: cannot plan log cleaning, will retry: %s", *tp, exc)
+                continue
             if plan is not None and await self._clean(tp, plog, plan):
                 swapped += 1
         return swapped

@@ -90,6 +90,7 @@ class CleaningPlan:
     segment_bytes: int
     index_interval_bytes: int
     max_map_keys: int = DEFAULT_MAX_MAP_KEYS
+    truncations: int = 0  # the log's truncation count when planned (a changed one voids the pass)
 
     def close(self) -> None:
         for planned in self.segments:

@@ -156,6 +156,7 @@ class Log:
         # Earliest delete horizon of kept tombstones; unknown after opening (0: check at the next pass).
         self._tombstone_horizon_ms: int | None = 0
         self._cleaning: cleaner.CleaningPlan | None = None
+        self._truncations = 0  # a pass planned before a truncation never swaps in
         self._retired: list[LogSegment] = []  # replaced by cleaned segments; closed one pass later
         self.invariants()
 
@@ -555,6 +556,7 @@ class Log:
         self._high_watermark = min(self._high_watermark, leo)
         self._recovery_point = min(self._recovery_point, leo)
         self._first_dirty_offset = min(self._first_dirty_offset, leo)
+        self._truncations += 1
         self._leader_epoch_cache.truncate_from_end(leo)
         self._write_if_changed("recovery_point", self._recovery_point)
         return True
@@ -570,6 +572,7 @@ class Log:
         self._segments, self._bases = [segment], [offset]
         self._log_start_offset = self._high_watermark = self._recovery_point = offset
         self._first_dirty_offset = min(self._first_dirty_offset, offset)
+        self._truncations += 1
         self._leader_epoch_cache.clear()
         self.write_checkpoints()
 
@@ -604,15 +607,20 @@ class Log:
         tombstones_due = count > 0 and horizon is not None and now_ms >= horizon
         if not tombstones_due and (dirty_bytes == 0 or ratio < self.config.min_cleanable_dirty_ratio):
             return None
-        planned = [
-            cleaner.SegmentToClean(s, os.dup(s.fileno()), info, s.created_ms)
-            for s, info in zip(candidates[:count], infos[:count], strict=True)
-        ]
-        self._cleaning = cleaner.CleaningPlan(
-            self.directory, self.name, planned, first_dirty, now_ms, self.config.delete_retention_ms,
-            self.config.segment_bytes, self.config.index_interval_bytes, max_map_keys,
+        plan = cleaner.CleaningPlan(
+            self.directory, self.name, [], first_dirty, now_ms, self.config.delete_retention_ms,
+            self.config.segment_bytes, self.config.index_interval_bytes, max_map_keys, self._truncations,
         )  # fmt: skip
-        return self._cleaning
+        try:
+            for segment, info in zip(candidates[:count], infos[:count], strict=True):
+                plan.segments.append(
+                    cleaner.SegmentToClean(segment, os.dup(segment.fileno()), info, segment.created_ms)
+                )
+        except OSError:  # out of descriptors: no pass this time
+            plan.close()
+            raise
+        self._cleaning = plan
+        return plan
 
     def abort_cleaning(self, plan: cleaner.CleaningPlan) -> None:
         """The pass failed in its thread (which removed its files): allow the next one."""
@@ -647,11 +655,16 @@ class Log:
         return True
 
     def _plan_still_holds(self, plan: cleaner.CleaningPlan) -> bool:
-        """The planned segments are the log's leading inactive segments, with the sizes planned."""
+        """The planned segments are the log's leading inactive segments, with the sizes planned, and
+        no truncation happened in between (a truncated segment may have grown back to its size)."""
         segments = self._segments[:-1]
-        return len(plan.segments) <= len(segments) and all(
-            planned.segment is segment and segment.size_bytes == planned.info.size_bytes
-            for planned, segment in zip(plan.segments, segments, strict=False)
+        return (
+            plan.truncations == self._truncations
+            and len(plan.segments) <= len(segments)
+            and all(
+                planned.segment is segment and segment.size_bytes == planned.info.size_bytes
+                for planned, segment in zip(plan.segments, segments, strict=False)
+            )
         )
 
     # ------------------------------------------------------------------------------------ lifecycle
