@@ -867,7 +867,8 @@ class GroupCoordinator:
                 deadline = self._member_deadline(member)
                 if deadline is not None and deadline <= now_ms and member.member_id in group.members:
                     self._remove_member_and_update_group(group, member, now_ms, fx)
-            if group.is_state(S.PREPARING_REBALANCE) and (group.join_deadline_ms or now_ms + 1) <= now_ms:
+            deadline = group.join_deadline_ms
+            if group.is_state(S.PREPARING_REBALANCE) and deadline is not None and deadline <= now_ms:
                 self._expire_join(group, now_ms, fx)
             if group.sync_deadline_ms is not None and group.sync_deadline_ms <= now_ms:
                 self._expire_sync(group, now_ms, fx)
