@@ -17,9 +17,14 @@ revoke/assign callbacks and fetch restarts.
 - **Rebalance time after a crash**: the same, but the member just stops (no LeaveGroup): the
   session timeout (``--session-ms``) dominates.
 - **Offset commits/s**: a member of the Stable group commits one partition's offset per request
-  (generation-fenced, appended to ``__consumer_offsets`` with acks=all, RF=3), one at a time and with
-  16 in flight. Baselines in the same run: a Heartbeat round trip (the same service, no append) and
-  a raw acks=all Produce of a batch of the same bytes to an RF=3 partition.
+  (generation-fenced, appended to ``__consumer_offsets`` with acks=all, RF=3). Baselines in the same
+  run: a Heartbeat round trip (the same service, no append) and a raw acks=all Produce of a batch of
+  the same bytes to an RF=3 partition led by the coordinator's broker. One at a time, the three calls
+  alternate call by call (each sees the same load; rate = calls / summed latency, and the p50
+  latency); with 16 in flight, blocks of each call in an order rotated between ``REPEATS`` repeats
+  (the median). Each round of the rebalance prints its two phases: the last JoinGroup answer (the
+  members noticed through a heartbeat and rejoined) and the last SyncGroup answer (the leader's
+  assignment stored with acks=all, then handed out).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ PRODUCE_TOPIC = "group-bench-produce"
 GROUP = "bench-group"
 START_TIMEOUT_S = 90.0
 WAIT_S = 60.0
+REPEATS = 3
 OVERRIDES = {
     "broker.session.timeout.ms": "3000",
     "broker.heartbeat.interval.ms": "300",
@@ -89,6 +95,7 @@ class Member:
         self.member_id = ""
         self.generation = -1
         self.assignment: list[int] = []
+        self.joined_at = self.synced_at = 0.0  # perf_counter of the last JoinGroup / SyncGroup answer
         self.task: asyncio.Task | None = None
 
     async def join_and_sync(self) -> None:
@@ -111,6 +118,7 @@ class Member:
                 self.member_id = ""
             if code != ErrorCode.NONE:
                 continue
+            self.joined_at = time.perf_counter()
             assignments = []
             if joined.leader == self.member_id:
                 plan = range_assignment([m.member_id for m in joined.members], self.partitions)
@@ -137,6 +145,7 @@ class Member:
             decoded = group_pb2.ConsumerProtocolAssignment.FromString(synced.assignment)
             self.assignment = [p for tp in decoded.assigned_partitions for p in tp.partitions]
             self.generation = joined.generation_id
+            self.synced_at = time.perf_counter()
             return
 
     async def run(self) -> None:
@@ -211,6 +220,12 @@ async def rebalances(address: str, args: argparse.Namespace, crash: bool, rounds
         await (victim.crash() if crash else victim.leave())
         await wait_settled(members, args.partitions, generation)
         times.append(time.perf_counter() - started)
+        joined, synced = max(m.joined_at for m in members), max(m.synced_at for m in members)
+        print(
+            f"  {times[-1] * 1000:6.0f} ms: last JoinGroup answer at {(joined - started) * 1000:.0f} ms"
+            f" + last SyncGroup answer {(synced - joined) * 1000:.0f} ms later",
+            flush=True,
+        )
         newcomer = Member(address, args.partitions, args.session_ms, args.heartbeat_ms)
         newcomer.start()
         members.append(newcomer)
@@ -286,16 +301,35 @@ async def commits(address: str, produce_address: str, args: argparse.Namespace) 
         )
         assert r.topics[0].partitions[0].error.code == 0, r
 
-    out = {}
-    for window in (1, 16):
-        for name, call in (
-            ("heartbeat", heartbeat),
-            ("produce_acks_all", produce_one),
-            ("offset_commit", commit),
-        ):
-            await call(0)  # warm-up
-            out[f"{name}/{window}"] = await rate(args.commits, window, call)
-            print(f"  {name:17s} in flight {window:2d}: {out[f'{name}/{window}']:8,.0f} /s", flush=True)
+    calls = {"heartbeat": heartbeat, "produce_acks_all": produce_one, "offset_commit": commit}
+    for call in calls.values():
+        await call(0)  # warm-up
+    # One at a time: the three calls interleaved call by call, so that each sees the same load.
+    latencies: dict[str, list[float]] = {name: [] for name in calls}
+    for i in range(args.commits):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            await call(i)
+            latencies[name].append(time.perf_counter() - start)
+    out: dict[str, float] = {}
+    for name, values in latencies.items():
+        out[f"{name}/1"] = len(values) / sum(values)
+        out[f"{name}/p50_ms"] = statistics.median(values) * 1000
+        print(
+            f"  {name:17s} one at a time: {out[f'{name}/1']:7,.0f} /s, p50 {out[f'{name}/p50_ms']:.2f} ms",
+            flush=True,
+        )
+    # 16 in flight: blocks of each call, the order rotated between repeats; the median per call.
+    samples: dict[str, list[float]] = {}
+    for repeat in range(REPEATS):
+        for name in list(calls)[repeat % 3 :] + list(calls)[: repeat % 3]:
+            samples.setdefault(name, []).append(await rate(args.commits, 16, calls[name]))
+    for name, values in samples.items():
+        out[f"{name}/16"] = statistics.median(values)
+        print(
+            f"  {name:17s} 16 in flight: median {out[f'{name}/16']:7,.0f} /s of {[round(v) for v in values]}",
+            flush=True,
+        )
     await member.leave()
     return out
 
@@ -310,7 +344,7 @@ async def measure(coordinator: str, produce_leader: str, args: argparse.Namespac
     return leave, crash, figures
 
 
-def find_coordinator(cluster: LocalCluster) -> str:
+def find_coordinator(cluster: LocalCluster) -> tuple[str, int]:
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         for spec in cluster.broker_nodes:
@@ -322,7 +356,7 @@ def find_coordinator(cluster: LocalCluster) -> str:
                 except grpc.RpcError:
                     continue
                 if r.error.code == 0:
-                    return f"{r.host}:{r.port}"
+                    return f"{r.host}:{r.port}", r.node_id
         time.sleep(0.2)
     raise TimeoutError("no coordinator found")
 
@@ -356,10 +390,12 @@ def main() -> int:
         try:
             cluster.start()
             cluster.wait_until(lambda: all(cluster.healthy(n) for n in cluster.nodes), START_TIMEOUT_S, "up")
+            coordinator, coordinator_id = find_coordinator(cluster)
+            others = [n.node_id for n in cluster.broker_nodes if n.node_id != coordinator_id]
             with AdminClient(cluster.controller_addresses, timeout_s=60) as admin:
                 admin.create_topic(TOPIC, num_partitions=args.partitions, replication_factor=1)
-                admin.create_topic(PRODUCE_TOPIC, num_partitions=1, replication_factor=3)
-            coordinator = find_coordinator(cluster)
+                # The baseline's partition is led by the coordinator's broker, like the group's offsets.
+                admin.create_topic(PRODUCE_TOPIC, assignments={0: [coordinator_id, *others]})
             produce_leader = leader_of(cluster, PRODUCE_TOPIC)
             print(
                 f"{args.members} members, {args.partitions} partitions, heartbeat {args.heartbeat_ms} ms, "
@@ -383,9 +419,15 @@ def main() -> int:
     for window in (1, 16):
         c, p, h = (figures[f"{n}/{window}"] for n in ("offset_commit", "produce_acks_all", "heartbeat"))
         print(
-            f"in flight {window:2d}: commits {c:,.0f}/s; produce acks=all {p:,.0f}/s (commit/produce "
-            f"{c / p:.2f}); heartbeat {h:,.0f}/s"
+            f"{'one at a time' if window == 1 else '16 in flight '}: commits {c:,.0f}/s; produce acks=all "
+            f"{p:,.0f}/s (commit/produce {c / p:.2f}); heartbeat {h:,.0f}/s"
         )
+    print(
+        "p50 latency one at a time: "
+        + ", ".join(
+            f"{n} {figures[f'{n}/p50_ms']:.2f} ms" for n in ("offset_commit", "produce_acks_all", "heartbeat")
+        )
+    )
     return 0
 
 
