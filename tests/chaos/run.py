@@ -49,6 +49,7 @@ TOPIC = "chaos"
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "RESULTS.md"
 FINAL_READ_TIMEOUT_S = 90.0
 JOIN_TIMEOUT_S = 60.0
+DRAIN_TIMEOUT_S = 60.0
 MAX_DURATION_FACTOR = 2.0
 TopicAlreadyExistsError = errors.exception_class(ErrorCode.TOPIC_ALREADY_EXISTS)
 Schedule = Callable[[ChaosCluster, History, str, Callable[[], int]], None]
@@ -67,7 +68,7 @@ class RunConfig:
     overrides: dict[str, str] = field(default_factory=dict)
     admin_ops: bool = True
     min_faults: int = 0
-    groups: bool = False  # consumers in a group (subscribe + commit) instead of assigned partitions
+    groups: bool = True  # consumers in a group (subscribe + commit), or on assigned partitions
     schedule: Schedule | None = None  # a scripted nemesis instead of the seeded one
 
 
@@ -124,18 +125,44 @@ def run_chaos(data_dir: Path, config: RunConfig, log: Callable[[str], None] = pr
                 problems.append("the cluster did not become healthy within 60 s after the last heal")
             more = acked() + 20
             wait_for(lambda: acked() >= more, 60, "writes acknowledged after the heal")
+            stop([*producers, admin])
+            log("writers stopped; final read")
+            problems += final_read(cluster, history, topic)
+            if config.groups:  # at-least-once end to end: the group consumes every record
+                problems += drain(history)
         finally:
-            for w in workers:
-                w.stop()
-            for w in workers:
-                w.join(JOIN_TIMEOUT_S)
+            stop(workers)
         problems += [f"{w.process} failed: {w.error!r}" for w in workers if w.error is not None]
         problems += [f"{w.process} did not stop" for w in workers if w.is_alive()]
-        log("writers stopped; final read")
-        problems += final_read(cluster, history, topic)
     ops = history.ops()
     history.write_jsonl(data_dir / "history.jsonl")
     return RunResult(ops, check(ops), report.figures(ops, TOPIC), problems, time.monotonic() - started)
+
+
+def stop(workers: list) -> None:
+    for w in workers:
+        w.stop()
+    for w in workers:
+        w.join(JOIN_TIMEOUT_S)
+
+
+def drain(history: History) -> list[str]:
+    """Wait until the consumers polled every record of the final read (bounded)."""
+    final = {(op.value["topic"], op.value["partition"], o) for op in history.ops() if op.f == "final-read"
+             for o, _v in op.value["records"]}  # fmt: skip
+
+    def missing() -> set:
+        polled = {(t, p, o) for op in history.ops() if op.f == "poll" for t, p, o, _v in op.value["records"]}
+        return final - polled
+
+    try:
+        wait_for(lambda: not missing(), DRAIN_TIMEOUT_S, "the consumer group to poll every record",
+                 interval_s=1.0)  # fmt: skip
+    except AssertionError:
+        left = sorted(missing())
+        return [(f"the consumers did not poll {len(left)} records of the final read within "
+                f"{DRAIN_TIMEOUT_S:.0f} s (at-least-once), e.g. {left[:5]}")]  # fmt: skip
+    return []
 
 
 def check_proxy_sees_nodes(cluster: ChaosCluster) -> None:

@@ -2,9 +2,9 @@
 
 Issue 10. ``test_chaos_run_has_no_anomaly`` runs every fault kind of ``tests.chaos.nemesis`` (SIGKILL
 and restart of partition leaders and the active controller, SIGSTOP longer than the session
-timeout, network partitions through the proxy) under idempotent ``acks=all`` producers and
-consumers, heals, reads everything back and requires every anomaly count to be 0; it prints the
-table. ``test_negative_control_...`` proves the checker can fail: with
+timeout, network partitions through the proxy) under idempotent ``acks=all`` producers and a
+consumer group committing its offsets, heals, reads everything back and requires every anomaly
+count to be 0; it prints the table. ``test_negative_control_...`` proves the checker can fail: with
 ``unclean.leader.election.enable=true`` a schedule makes an out-of-sync replica the leader, and the
 checker must report the acknowledged writes that were lost.
 
@@ -22,7 +22,7 @@ from tests.chaos.run import RunConfig, run_chaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CI_DURATION_S = 90.0  # at least one round of the ten fault kinds (longer if slow); ~2 min in all
+CI_DURATION_S = 60.0  # then on until one round of the ten fault kinds is done: ~2.5 min in all
 CI_SEED = 10
 
 
@@ -38,9 +38,9 @@ def test_chaos_run_has_no_anomaly(tmp_path: Path, capsys: pytest.CaptureFixture[
     # The run must have done what it claims: writes acknowledged and read, every fault kind injected.
     figures = result.figures
     assert figures["sends"]["ok"] >= 1000, figures["sends"]
-    assert figures["records_polled"] >= figures["sends"]["ok"], figures
     assert set(figures["faults"]) == set(KINDS), figures["faults"]
     assert figures["admin"]["add-partitions"] == 1, figures["admin"]
+    assert figures["commits"]["ok"] > 0, figures["commits"]  # the consumers are a group, committing
 
 
 @pytest.mark.timeout(240)
@@ -48,6 +48,7 @@ def test_negative_control_unclean_election_loses_acknowledged_writes(tmp_path: P
     """Unclean election enabled and forced: the checker finds lost acknowledged writes."""
     config = RunConfig(
         partitions=1, producers=2, consumers=1, admin_ops=False, schedule=force_unclean_election,
+        groups=False,  # one consumer reading everything: it reads the writes that are then lost
         topic_configs={"min.insync.replicas": "2", "unclean.leader.election.enable": "true"},
     )  # fmt: skip
     result = run_chaos(tmp_path, config, log=lambda _m: None)

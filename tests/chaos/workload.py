@@ -7,9 +7,11 @@
   error (with retries until ``delivery_timeout_ms`` the outcome of a failed idempotent send is
   unknown), ``fail`` when ``send`` itself refused the record. A producer whose topic gained partitions
   is replaced by a new one (``pykraft.Producer`` keeps the partition count it first learned).
-- **Consumers** (``consumer-N``): ``Consumer.assign`` over every partition of the topic, polling;
-  every non-empty poll is an op, a new assignment (the topic grew) starts a new generation, and every
-  ``LogTruncation`` the consumer reports is a ``truncation`` op.
+- **Consumers** (``consumer-N``): members of one consumer group subscribed to the topic
+  (``GroupConsumerWorker``: every ``on_assign`` starts a generation of the partitions it adds, every
+  non-empty poll is an op followed by a synchronous commit, OffsetFetch now and then) — or, without
+  groups, ``Consumer.assign`` over every partition (``ConsumerWorker``: a new assignment when the
+  topic grew starts a new generation; every ``LogTruncation`` the consumer reports is an op).
 - **Admin** (``admin``): creates topics and adds partitions when the run asks it to; an attempt that
   fails (faults!) is an ``info`` op and is tried again, up to ``ADMIN_ATTEMPTS`` times.
 
@@ -275,7 +277,7 @@ class GroupConsumerWorker(Worker):
     def fetch_committed(self, consumer: Consumer) -> None:
         start = self.history.now()
         try:
-            committed = consumer.committed(sorted(consumer.assignment()))
+            committed = consumer.committed(list(consumer.assignment()))
         except Exception as exc:
             value = {"group": self.GROUP, "generation": consumer.generation_id(), "offsets": []}
             self.history.add(self.process, "committed", INFO, start, value, error=repr(exc))
