@@ -95,6 +95,10 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self.first_batch_timestamp: int | None = None
         self._bytes_since_index_entry = 0
+        # (first offset, position) of the last batch appended: a read at the tail (a follower or a
+        # consumer that has caught up) starts there instead of walking headers from the last sparse
+        # index entry (~25 preads per read with 4 KiB index intervals and small batches).
+        self._tail_batch: tuple[int, int] | None = None
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     @classmethod
@@ -156,7 +160,10 @@ class LogSegment:
                 f"{self.log_path}: append of {size_bytes} bytes failed: {exc}"
             ) from exc
         position = self.size_bytes
+        first_offset = self.next_offset
         for batch in batches:
+            self._tail_batch = (first_offset, position)
+            first_offset = batch.last_offset + 1
             self._track_max_timestamp(batch.max_timestamp, batch.last_offset)
             if self._bytes_since_index_entry > self.index_interval_bytes:
                 self.offset_index.append(batch.last_offset, position)
@@ -227,6 +234,7 @@ class LogSegment:
         return removed
 
     def _reset_tail_state(self) -> None:
+        self._tail_batch = None
         self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
         self._bytes_since_index_entry = 0
         self.first_batch_timestamp = None
@@ -262,6 +270,8 @@ class LogSegment:
         if offset >= self.next_offset:
             return None
         start = self.offset_index.lookup(offset)
+        if self._tail_batch is not None and offset >= self._tail_batch[0]:
+            start = max(start, self._tail_batch[1])  # no earlier batch holds ``offset``
         for position, header in self._headers_from(start, self.size_bytes):
             if header.last_offset >= offset:
                 return position, header

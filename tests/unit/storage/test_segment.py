@@ -110,6 +110,24 @@ def test_truncate_to(segment: LogSegment) -> None:
     segment.invariants()
 
 
+def test_translate_offset_at_the_tail_after_truncation_and_a_gap(segment: LogSegment) -> None:
+    """Reads at the tail start at the last appended batch (no header walk from the sparse index) and
+    find the same batch as the walk: after a truncation, and past an offset gap (a compacted leader's
+    batches, accepted by a follower)."""
+    segment.truncate_to(110)  # keeps 100..108
+    append(segment, 109, timestamp=2_000)
+    append(segment, 120, timestamp=2_010)  # 112..119 compacted away on the leader
+    starts = {100: 0, 103: ONE, 106: 2 * ONE, 109: 3 * ONE, 120: 4 * ONE}
+    for offset in range(100, 124):
+        found = segment.translate_offset(offset)
+        holder = max((b for b in starts if b <= offset), default=100)
+        if offset > 111 and holder == 109:
+            holder = 120  # inside the gap: the next batch
+        expected = None if offset >= 123 else (starts[holder], holder)
+        assert (None if found is None else (found[0], found[1].base_offset)) == expected, offset
+    segment.invariants()
+
+
 def test_batches_reaching_a_timestamp(segment: LogSegment) -> None:
     """Candidates for ListOffsets: batches at/after the start offset whose max timestamp reaches it."""
     segment.on_become_inactive()
