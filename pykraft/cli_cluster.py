@@ -124,7 +124,7 @@ def cluster_status(args: argparse.Namespace) -> int:
         health = "serving" if running and cluster.healthy(spec) else ("not serving" if running else "stopped")
         rows.append({"name": spec.name, "role": spec.role, "node_id": spec.node_id, "pid": spec.pid,
                      "address": spec.address, "running": running, "health": health})
-    leader = quorum_has_leader(cluster) and _active_controller(cluster)
+    leader = quorum_has_leader(cluster) and active_controller(cluster)
     if args.json:
         print(json.dumps({"nodes": rows, "active_controller": leader or None}, indent=2))
         return 0
@@ -135,7 +135,7 @@ def cluster_status(args: argparse.Namespace) -> int:
     return 0 if all(r["running"] for r in rows) else 1
 
 
-def _active_controller(cluster: LocalCluster) -> int:
+def active_controller(cluster: LocalCluster) -> int:
     try:
         with AdminClient(cluster.controller_addresses, timeout_s=1.0) as admin:
             return admin.describe_quorum().leader_id

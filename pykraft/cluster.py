@@ -174,6 +174,11 @@ class LocalCluster:
             return False
         return str(self.data_dir / spec.name).encode() in cmdline
 
+    def exit_code(self, spec: NodeSpec) -> int | None:
+        """The exit status of a process this object started, once it ended (None: running or unknown)."""
+        proc = self._procs.get(spec.name)
+        return proc.poll() if proc is not None and proc.pid == spec.pid else None
+
     def signal_node(self, spec: NodeSpec, sig: signal.Signals) -> None:
         if self.is_running(spec):
             os.kill(spec.pid, sig)
