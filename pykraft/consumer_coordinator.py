@@ -247,6 +247,16 @@ class ConsumerCoordinator:
         self.coordinator = None
         self.heartbeat_in_flight = False
 
+    def coordinator_lookup_due(self, now_ms: int) -> bool:
+        """A stable member lost its coordinator: the heartbeat thread looks it up (Kafka), at most
+        once per ``retry_backoff_ms``."""
+        due = (
+            self.coordinator is None and self.state is MemberState.STABLE and now_ms >= self.next_heartbeat_ms
+        )
+        if due:
+            self.next_heartbeat_ms = now_ms + self.config.retry_backoff_ms
+        return due
+
     # ---- joining ------------------------------------------------------------------------------------
 
     def request_rejoin(self, reason: str) -> None:
@@ -365,12 +375,13 @@ class ConsumerCoordinator:
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.request_rejoin(f"{api}: the group is rebalancing")
             return Step(Next.RETRY_NOW)
+        # Coordinator trouble alone does not rejoin (Kafka): a failed JoinGroup/SyncGroup left the
+        # member UNJOINED anyway, and a stable member keeps its generation and heartbeats to the next
+        # coordinator, which loaded the group from __consumer_offsets.
         if code in COORDINATOR_ERRORS:
             self.mark_coordinator_unknown()
-            self.request_rejoin(f"{api}: the coordinator moved")
             return Step(Next.FIND_COORDINATOR)
         if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or errors.is_retriable(code):
-            self.request_rejoin(f"{api}: {ErrorCode(code).name}")
             return Step(Next.RETRY_BACKOFF)
         error = errors.error_for(code, f"{api} for group {self.config.group_id!r}: {message}")
         if code == ErrorCode.FENCED_INSTANCE_ID:

@@ -183,6 +183,13 @@ class GroupClient:
             return False  # retriable (not available yet / loading): back off
         return False
 
+    def _find_coordinator_quietly(self) -> None:
+        """The heartbeat thread's lookup: errors are logged, the next heartbeat round retries."""
+        try:
+            self._find_coordinator_once()
+        except errors.KafkaError as exc:
+            log.info("group %s: FindCoordinator: %s", self.config.group_id, exc)
+
     def _coordinator_stub(self) -> Any:
         with self.lock:
             coordinator = self.core.coordinator
@@ -361,8 +368,9 @@ class GroupClient:
                 "group %s: no heartbeat answer for a session; finding the coordinator", self.config.group_id
             )
             core.mark_coordinator_unknown()
-            core.request_rejoin("session timed out without a heartbeat answer")
             return None
+        if core.coordinator_lookup_due(now):
+            return self._find_coordinator_quietly
         if not core.heartbeat_due(now):
             return None
         generation = core.on_heartbeat_sent(now)

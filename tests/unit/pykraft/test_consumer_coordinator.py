@@ -168,8 +168,9 @@ def test_cooperative_assignment_changes(old, new, error, added, revoked, rejoin)
         (ErrorCode.REBALANCE_IN_PROGRESS, True, 1, True),
         (ErrorCode.ILLEGAL_GENERATION, True, -1, True),
         (ErrorCode.UNKNOWN_MEMBER_ID, True, -1, True),
-        (ErrorCode.NOT_COORDINATOR, True, 1, False),
-        (ErrorCode.NETWORK_EXCEPTION, True, 1, False),
+        (ErrorCode.NOT_COORDINATOR, False, 1, False),
+        (ErrorCode.NETWORK_EXCEPTION, False, 1, False),
+        (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, False, 1, True),
     ],
     ids=lambda v: v.name if hasattr(v, "name") else str(v),
 )
@@ -183,6 +184,18 @@ def test_heartbeat_answers(code, rejoin, generation, coordinator_known) -> None:
     assert (core.rejoin_needed, core.generation.generation_id, core.coordinator is not None) == (
         rejoin, generation, coordinator_known,
     )  # fmt: skip
+
+
+def test_lost_coordinator_is_looked_up_without_rejoining() -> None:
+    """Kafka: a stable member whose coordinator went away finds the next one and keeps heartbeating
+    in its generation (the new coordinator loaded the group); no rebalance of its own."""
+    core = coordinator(retry_backoff_ms=50)
+    stable(core, 1)
+    core.on_heartbeat_response(core.on_heartbeat_sent(0), ErrorCode.NOT_COORDINATOR, "", 10)
+    assert not core.rejoin_needed and core.coordinator is None
+    assert core.coordinator_lookup_due(100) and not core.coordinator_lookup_due(120)
+    core.on_coordinator_found(102, "127.0.0.1:2", 130)
+    assert core.heartbeat_due(200) and core.on_heartbeat_sent(200) == Generation(1, "m1", "range")
 
 
 def test_heartbeat_answer_about_an_old_generation_is_ignored() -> None:
