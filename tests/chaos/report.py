@@ -2,10 +2,10 @@
 
 **Unavailability of a fault** = the longest time, from the moment the fault was injected until
 ``SETTLE_S`` after it was healed (or until the next fault, whichever is first), during which some
-partition of the workload's topic acknowledged no write. It includes the fault itself (a partition
-whose leader is SIGSTOPped acknowledges nothing until the controller moves leadership) and the
-recovery after the heal. Baseline gaps between acknowledgements are a few tens of ms at the
-workload's rate.
+partition of the workload's topic (one that existed before the fault) acknowledged no write. It
+includes the fault itself (a partition whose leader is SIGSTOPped acknowledges nothing until the
+controller moves leadership) and the recovery after the heal. Baseline gaps between
+acknowledgements are a few tens of ms at the workload's rate.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def unavailability(history: Sequence[Op], topic: str) -> list[tuple[str, float]]
         end = heal_end + SETTLE_S
         if i + 1 < len(faults):
             end = min(end, faults[i + 1].start_s)
-        out.append((fault.value["kind"], max((_longest_gap(t, fault.start_s, end) for t in acks.values()),
+        existing = [t for t in acks.values() if t and t[0] < fault.start_s]  # partitions created later: no
+        out.append((fault.value["kind"], max((_longest_gap(t, fault.start_s, end) for t in existing),
                                              default=0.0)))  # fmt: skip
     return out
 
