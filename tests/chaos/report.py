@@ -1,11 +1,11 @@
 """Figures of a chaos run from its history: operations, faults, anomalies, unavailability per fault.
 
 **Unavailability of a fault** = the longest time, from the moment the fault was injected until
-``SETTLE_S`` after it was healed (or until the next fault, whichever is first), during which some
-partition of the workload's topic (one that existed before the fault) acknowledged no write. It
-includes the fault itself (a partition whose leader is SIGSTOPped acknowledges nothing until the
-controller moves leadership) and the recovery after the heal. Baseline gaps between
-acknowledgements are a few tens of ms at the workload's rate.
+``SETTLE_S`` after it was healed (or until the next fault, or the last acknowledgement of the run,
+whichever is first), during which some partition of the workload's topic (one that existed before
+the fault) acknowledged no write. It includes the fault itself (a partition whose leader is
+SIGSTOPped acknowledges nothing until the controller moves leadership) and the recovery after the
+heal. Baseline gaps between acknowledgements are a few tens of ms at the workload's rate.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ def unavailability(history: Sequence[Op], topic: str) -> list[tuple[str, float]]
         times.sort()
     faults = [op for op in history if op.process == "nemesis" and op.f == "fault"]
     heals = [op for op in history if op.process == "nemesis" and op.f == "heal"]
+    last_ack = max((t[-1] for t in acks.values() if t), default=0.0)  # the writers stop after it
     out = []
     for i, fault in enumerate(faults):
         heal_end = heals[i].end_s if i < len(heals) else fault.end_s
-        end = heal_end + SETTLE_S
+        end = min(heal_end + SETTLE_S, max(last_ack, fault.start_s))
         if i + 1 < len(faults):
             end = min(end, faults[i + 1].start_s)
         existing = [t for t in acks.values() if t and t[0] < fault.start_s]  # partitions created later: no
