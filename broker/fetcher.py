@@ -167,8 +167,10 @@ class ReplicaFetcher:
     def update_position(self, tp: TopicPartitionKey, log_end_offset: int, latest_epoch: int | None) -> None:
         """The driver appended or truncated: fetch from the new local log end next."""
         state = self._states.get(tp)
-        if state is not None:
-            self._states[tp] = replace(state, fetch_offset=log_end_offset, last_fetched_epoch=latest_epoch)
+        if state is not None:  # built directly: dataclasses.replace costs more on this per-round path
+            self._states[tp] = PartitionFetchState(
+                log_end_offset, latest_epoch, state.current_leader_epoch, state.delayed_until_ms
+            )
 
     # ---- requests ----------------------------------------------------------------------------------
 
@@ -184,9 +186,9 @@ class ReplicaFetcher:
         if not ready:
             return None
         for part in ready:
-            self._states[part.topic_partition] = replace(
-                self._states[part.topic_partition], delayed_until_ms=0
-            )
+            state = self._states[part.topic_partition]
+            if state.delayed_until_ms:
+                self._states[part.topic_partition] = replace(state, delayed_until_ms=0)
         self._in_flight = FetchRequestPlan(
             next(self._request_ids), self.leader_id, self.replica_id, self.broker_epoch, ready
         )

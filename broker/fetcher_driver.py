@@ -84,6 +84,7 @@ class FetcherDriver:
         self._wake = asyncio.Event()
         self._channel: grpc.aio.Channel | None = None
         self._address: str | None = None
+        self._stub_for_address: replica_pb2_grpc.ReplicaServiceStub | None = None
         self._stream: grpc.aio.StreamStreamCall | None = None
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
 
@@ -108,7 +109,8 @@ class FetcherDriver:
                 _background(self._channel.close())
             self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
             self._address = address
-        return replica_pb2_grpc.ReplicaServiceStub(self._channel)
+            self._stub_for_address = replica_pb2_grpc.ReplicaServiceStub(self._channel)
+        return self._stub_for_address
 
     async def _run(self) -> None:
         while True:
