@@ -54,6 +54,7 @@ from storage.log import wall_clock_ms
 log = logging.getLogger(__name__)
 
 LOAD_CHUNK_BYTES = 1 << 20
+LOAD_RETRY_S = 1.0
 TOPIC_WAIT_S = 3.0  # how long FindCoordinator waits for a just-created offsets topic to get leaders
 TOPIC_POLL_S = 0.05
 COMPACT = {"cleanup.policy": "compact"}
@@ -205,20 +206,53 @@ class GroupDriver:
             log.info("__consumer_offsets-%d: unloaded its groups (leadership moved)", partition)
 
     async def _load(self, partition: int, token: object, leader_epoch: int) -> None:
-        """Replay the partition's log into the core, a chunk per loop iteration."""
+        """Replay the partition's log into the core; an I/O failure is logged and the load retried
+        (requests keep answering COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        while self._load_tokens.get(partition) is token:
+            try:
+                loaded = await self._replay_log(partition, token)
+            except Exception:
+                log.exception(
+                    "%s-%d: loading the groups failed; retrying in %.1f s",
+                    OFFSETS_TOPIC,
+                    partition,
+                    LOAD_RETRY_S,
+                )
+                await asyncio.sleep(LOAD_RETRY_S)
+                count = self.partition_count()
+                if self._load_tokens.get(partition) is token and count is not None:
+                    self.dispatch(self.core.begin_loading(partition, count))  # start over from a clean slate
+                continue
+            if loaded is None:  # superseded by a newer role change
+                return
+            self.core.complete_loading(partition, self.clock_ms())
+            self._reschedule()
+            log.info(
+                "%s-%d: loaded %d records up to offset %d (leader epoch %d)",
+                OFFSETS_TOPIC,
+                partition,
+                *loaded,
+                leader_epoch,
+            )
+            return
+
+    async def _replay_log(self, partition: int, token: object) -> tuple[int, int] | None:
+        """(records replayed, end offset), a chunk per loop iteration; None when superseded."""
         plog = self.manager.logs.get((OFFSETS_TOPIC, partition))
         offset, end = (plog.log_start_offset, plog.log_end_offset) if plog is not None else (0, 0)
         records = 0
-        while offset < end:
-            await asyncio.sleep(0)
+        while True:
+            await asyncio.sleep(0)  # let requests and replication run between chunks
             if (
                 self._load_tokens.get(partition) is not token
                 or self.manager.logs.get((OFFSETS_TOPIC, partition)) is not plog
             ):
-                return
-            data = plog.read(max(offset, plog.log_start_offset), LOAD_CHUNK_BYTES, max_offset=end)  # type: ignore[union-attr]
+                return None
+            if plog is None or offset >= end:
+                return records, end
+            data = plog.read(max(offset, plog.log_start_offset), LOAD_CHUNK_BYTES, max_offset=end)
             if not data:
-                break
+                return records, end
             for next_offset, key, value in decode_batches(data):
                 offset = next_offset
                 if key is None and value is None:
@@ -234,17 +268,6 @@ class GroupDriver:
                         next_offset,
                         exc,
                     )
-        if self._load_tokens.get(partition) is not token:
-            return
-        self.core.complete_loading(partition, self.clock_ms())
-        self._reschedule()
-        log.info(
-            "__consumer_offsets-%d: loaded %d records up to offset %d (leader epoch %d)",
-            partition,
-            records,
-            end,
-            leader_epoch,
-        )
 
     async def stop(self) -> None:
         if self._timer is not None:
