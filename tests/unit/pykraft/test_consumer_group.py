@@ -345,3 +345,55 @@ def test_group_calls_need_a_group_id(cluster: FakeCluster) -> None:
             consumer.subscribe([TOPIC])
         with pytest.raises(Exception, match="group_id"):
             consumer.commit()
+
+
+def test_poll_returns_in_time_while_the_join_is_held(cluster: FakeCluster) -> None:
+    """Kafka's poll(timeout) does not wait for the whole rebalance: a JoinGroup the coordinator holds
+    (another member has not rejoined yet) stays in flight across polls."""
+    first = Member(cluster)
+    try:
+        wait_for(lambda: first.assignment() == tps(0, 1, 2, 3), "the first member owning everything")
+        first.pause_polling()  # it will not rejoin: the coordinator holds the join up to join_timeout_s
+        with Consumer(cluster.bootstrap, group_id=GROUP, auto_offset_reset="earliest", **FAST) as second:
+            second.subscribe([TOPIC])
+            started = time.monotonic()
+            assert second.poll(200) == []
+            assert time.monotonic() - started < 0.8, "poll(200) waited for the rebalance"
+            wait_for(lambda: (second.poll(100), second.assignment() == tps(0, 1, 2, 3))[1], "takeover")
+    finally:
+        first.close()
+
+
+def test_unsubscribe_revokes_and_leaves_then_assign_is_allowed(cluster: FakeCluster) -> None:
+    produce(cluster, 1)
+    revoked: list = []
+    with Consumer(cluster.bootstrap, group_id=GROUP, auto_offset_reset="earliest", **FAST) as consumer:
+        consumer.subscribe([TOPIC], on_revoke=revoked.append)
+        poll_until(consumer, lambda r: len(r) >= 4, "4 records")
+        member_id = consumer.member_id()
+        with pytest.raises(Exception, match="unsubscribe"):
+            consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.unsubscribe()
+        assert consumer.assignment() == set() and consumer.subscription() == set()
+        assert sorted(tp.partition for tp in revoked[0]) == [0, 1, 2, 3]
+        assert ("LeaveGroup", member_id) in cluster.group.calls
+        assert cluster.group.offsets == {(GROUP, TOPIC, p): 1 for p in range(PARTITIONS)}, "auto-commit"
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.seek(TopicPartition(TOPIC, 0), 0)
+        assert [r.offset for r in poll_until(consumer, lambda r: len(r) >= 1, "a record")] == [0]
+
+
+def test_async_commit_resolves_to_the_offsets_or_the_error(cluster: FakeCluster) -> None:
+    produce(cluster, 2)
+    with Consumer(cluster.bootstrap, group_id=GROUP, auto_offset_reset="earliest", enable_auto_commit=False,
+                  **FAST) as consumer:  # fmt: skip
+        consumer.subscribe([TOPIC])
+        poll_until(consumer, lambda r: len(r) >= 8, "8 records")
+        future = consumer.commit(asynchronous=True)
+        assert future.result(10) == dict.fromkeys(tps(0, 1, 2, 3), 2)
+        assert consumer.committed(tps(1)) == {TopicPartition(TOPIC, 1): 2}
+        cluster.group.inject("OffsetCommit", [ErrorCode.UNKNOWN_MEMBER_ID])
+        failed = consumer.commit({TopicPartition(TOPIC, 0): 1}, asynchronous=True)
+        with pytest.raises(CommitFailedError, match="UNKNOWN_MEMBER_ID"):
+            failed.result(10)
+        assert consumer.member_id() == "", "UNKNOWN_MEMBER_ID forgets the member id and rejoins"
