@@ -26,6 +26,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from proto import errors
 from pykraft.cli_admin import EXIT_ERROR, UsageError, _common, _print_json, _run, _table
 from pykraft.group_admin import ConsumerGroupDescription, tp_order
 from pykraft.types import TopicPartition
@@ -281,5 +282,6 @@ def _delete(admin: Any, args: argparse.Namespace) -> int:
             names = ", ".join(f"'{g}'" for g in ok)
             print(f"Deletion of requested consumer groups ({names}) was successful.")
         for g, e in failed.items():
-            print(f"Error: deleting group '{g}' failed: {type(e).__name__}: {e.message}", file=sys.stderr)
+            name = errors.ErrorCode(e.code).name
+            print(f"Error: deleting group '{g}' failed: {name} ({e.code}): {e.message}", file=sys.stderr)
     return EXIT_ERROR if failed else 0

@@ -188,7 +188,7 @@ def test_list_and_delete(capsys):
     assert capsys.readouterr().out.split() == ["a", "b"]
     assert run(admin, "delete", "a", "busy") == 1
     captured = capsys.readouterr()
-    assert "('a') was successful" in captured.out and "NonEmptyGroupError" in captured.err
+    assert "('a') was successful" in captured.out and "NON_EMPTY_GROUP (68)" in captured.err
     with pytest.raises(UsageError):
         run(admin, "delete")
 
