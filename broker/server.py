@@ -160,6 +160,7 @@ class BrokerNode:
         self.incarnation_id = uuid.uuid4().hex
         self.shutting_down = False
         self.shutdown_complete = asyncio.Event()
+        self._heartbeat_now = asyncio.Event()  # cuts the pause between heartbeats short
         self.ready = asyncio.Event()
         self.failed = asyncio.Event()  # a background loop raised: the process exits with EXIT_FAILED
         self.fetchers = FetcherManager(
@@ -311,6 +312,7 @@ class BrokerNode:
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away; wait (bounded) until it says we may stop."""
         self.shutting_down = True
+        self._heartbeat_now.set()  # ask now, not one heartbeat interval later (as Kafka does)
         await self.health.set_serving(False)
         timeout_s = self.config.settings.controlled_shutdown_timeout_ms / 1000
         try:
@@ -398,7 +400,10 @@ class BrokerNode:
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             await self._handle_heartbeat(response)
-            await asyncio.sleep(SHUTDOWN_HEARTBEAT_S if self.shutting_down else interval_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SHUTDOWN_HEARTBEAT_S if self.shutting_down else interval_s):
+                    await self._heartbeat_now.wait()
+            self._heartbeat_now.clear()
 
     async def _handle_heartbeat(self, response: controller_pb2.BrokerHeartbeatResponse) -> None:
         code = response.error.code
