@@ -14,6 +14,11 @@ revoke/assign callbacks and fetch restarts.
   of the new generation and together they own every partition exactly once. Members learn of the
   rebalance from a heartbeat, so up to one heartbeat interval is part of it (Kafka's default
   heartbeat.interval.ms is 3 s; here 100 ms). Each round then adds a member back (not timed).
+- **The same with real consumers**: ``--members`` ``pykraft.Consumer`` objects (eager ``range``
+  assignor, the same heartbeat and session settings), each polled by its own thread in this process;
+  one closes (LeaveGroup); the time until the others' assignments of the new generation cover every
+  partition exactly once. This adds the client's share: its heartbeat thread, JoinGroup/SyncGroup
+  across polls, revoke/assign.
 - **Rebalance time after a crash**: the same, but the member just stops (no LeaveGroup): the
   session timeout (``--session-ms``) dominates.
 - **Offset commits/s**: a member of the Stable group commits one partition's offset per request
@@ -36,6 +41,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,6 +56,7 @@ from proto import broker_pb2, broker_pb2_grpc, group_pb2, group_pb2_grpc  # noqa
 from proto.errors import ErrorCode  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 from pykraft.cluster import LocalCluster  # noqa: E402
+from pykraft.consumer import Consumer  # noqa: E402
 
 TOPIC = "group-bench"
 PRODUCE_TOPIC = "group-bench-produce"
@@ -235,6 +242,78 @@ async def rebalances(address: str, args: argparse.Namespace, crash: bool, rounds
     return times
 
 
+class ConsumerMember:
+    """A real ``pykraft.Consumer`` in the group, polled by its own thread; after each poll the thread
+    publishes (generation, assignment) for the main thread (the consumer itself is not thread-safe)."""
+
+    def __init__(self, bootstrap: str, args: argparse.Namespace, group: str) -> None:
+        self.consumer = Consumer(
+            bootstrap,
+            group_id=group,
+            session_timeout_ms=args.session_ms,
+            heartbeat_interval_ms=args.heartbeat_ms,
+            enable_auto_commit=False,
+            partition_assignment_strategy=("range",),
+        )
+        self.view: tuple[int, frozenset[int]] = (-1, frozenset())
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.consumer.subscribe([TOPIC])
+        while not self.stopping.is_set():
+            self.consumer.poll(50)
+            self.view = (
+                self.consumer.generation_id(),
+                frozenset(tp.partition for tp in self.consumer.assignment()),
+            )
+        self.consumer.close()  # LeaveGroup
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(WAIT_S)
+
+
+def consumers_settled(members: list[ConsumerMember], partitions: int, after_generation: int) -> bool:
+    views = [m.view for m in members]
+    if len({g for g, _ in views}) != 1 or views[0][0] <= after_generation:
+        return False
+    return sorted(p for _, owned in views for p in owned) == list(range(partitions))
+
+
+def wait_consumers(members: list[ConsumerMember], partitions: int, after_generation: int) -> float:
+    start = time.perf_counter()
+    while not consumers_settled(members, partitions, after_generation):
+        if time.perf_counter() - start > WAIT_S:
+            raise TimeoutError(f"consumers did not settle: {[m.view[0] for m in members]}")
+        time.sleep(0.002)
+    return time.perf_counter() - start
+
+
+def consumer_rebalances(bootstrap: str, args: argparse.Namespace) -> list[float]:
+    """Rebalance time with real consumers: one closes (LeaveGroup) -> the others own everything."""
+    members = [ConsumerMember(bootstrap, args, GROUP + "-consumers") for _ in range(args.members)]
+    try:
+        wait_consumers(members, args.partitions, 0)
+        times = []
+        for _ in range(args.rounds):
+            generation = members[0].view[0]
+            victim = members.pop()
+            started = time.perf_counter()
+            victim.stopping.set()  # its thread closes the consumer: LeaveGroup
+            wait_consumers(members, args.partitions, generation)
+            times.append(time.perf_counter() - started)
+            print(f"  consumers: {times[-1] * 1000:6.0f} ms", flush=True)
+            victim.thread.join(WAIT_S)
+            members.append(ConsumerMember(bootstrap, args, GROUP + "-consumers"))
+            wait_consumers(members, args.partitions, members[0].view[0])
+        return times
+    finally:
+        for m in members:
+            m.stop()
+
+
 async def rate(calls: int, window: int, call) -> float:
     """Calls per second with ``window`` requests in flight."""
     start = time.perf_counter()
@@ -403,6 +482,8 @@ def main() -> int:
                 flush=True,
             )
             leave, crash, figures = asyncio.run(measure(coordinator, produce_leader, args))
+            print("rebalance with pykraft.Consumer members (close -> LeaveGroup):", flush=True)
+            consumers = consumer_rebalances(cluster.bootstrap, args)
         finally:
             cluster.down(timeout_s=15)
             for spec in cluster.nodes:
@@ -411,6 +492,10 @@ def main() -> int:
     print(
         f"rebalance after leave: median {statistics.median(leave) * 1000:.0f} ms "
         f"(min {min(leave) * 1000:.0f}, max {max(leave) * 1000:.0f}) over {len(leave)} rounds"
+    )
+    print(
+        f"rebalance, pykraft.Consumer members, after close: median {statistics.median(consumers) * 1000:.0f}"
+        f" ms (min {min(consumers) * 1000:.0f}, max {max(consumers) * 1000:.0f})"
     )
     print(
         f"rebalance after crash: median {statistics.median(crash) * 1000:.0f} ms "
