@@ -285,12 +285,15 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(
     a = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "a", **slow})
     b = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "b", **slow})
     processes += [a, b]
-    wait_split([a, b], 4, "a 2-way split")
+    took_s = wait_split([a, b], 4, "a 2-way split")
     before, b_lines = a.assignment(), b.rebalance_lines
     a.kill()
+    started = time.monotonic()
     a2 = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "a", **slow})
     processes.append(a2)
     until(lambda: a2.assignment() == before, "the restarted static member's partitions")
+    restart_s = time.monotonic() - started
+    print(f"static: split after {took_s:.1f} s, restarted member assigned after {restart_s:.1f} s")
     produce(bootstrap, topic, [b"s-%d" % i for i in range(40)], 4)
     until(lambda: len(a2.printed()) + len(b.printed()) >= 40, "records flowing to both")
     assert b.rebalance_lines == b_lines, f"the other member rebalanced:\n{b.log()}"
