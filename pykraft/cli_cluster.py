@@ -1,6 +1,7 @@
 """``pykraft cluster up|status|down|describe``: the local cluster on 127.0.0.1 (no Docker).
 
     pykraft cluster up [--controllers 3] [--brokers 3] [--data-dir DIR] [--override KEY=VALUE ...]
+                       [--log-level INFO]
     pykraft cluster status [--data-dir DIR] [--json]
     pykraft cluster down [--data-dir DIR] [--timeout SECONDS]
     pykraft cluster describe --bootstrap HOST:PORT      (brokers and the active controller)
@@ -23,6 +24,7 @@ from pykraft.cluster import ClusterError, LocalCluster
 
 DEFAULT_DATA_DIR = Path(os.environ.get("PYKRAFT_DATA_DIR", "data/cluster"))
 READY_TIMEOUT_S = 120.0
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a Kafka-named setting passed to every process, e.g. replica.lag.time.max.ms=5000")
     up.add_argument("--timeout", type=float, default=READY_TIMEOUT_S, help="seconds to wait until ready")
+    up.add_argument("--log-level", default="INFO", choices=LOG_LEVELS,
+                    help="level of every process's log file (DATA/logs/NAME.log)")
     up.set_defaults(func=cluster_up)
     status = actions.add_parser("status", help="each process: role, pid, address and health")
     status.add_argument("--json", action="store_true")
@@ -96,7 +100,8 @@ def cluster_up(args: argparse.Namespace) -> int:
     if existing and any(existing.is_running(n) for n in existing.nodes):
         _say(f"Error: a cluster is already running in {data_dir}; `pykraft cluster down` first")
         return 1
-    cluster = LocalCluster(data_dir, controllers=args.controllers, brokers=args.brokers, overrides=overrides)
+    cluster = LocalCluster(data_dir, controllers=args.controllers, brokers=args.brokers, overrides=overrides,
+                           log_level=args.log_level)
     _say(f"starting {args.controllers} controllers and {args.brokers} brokers in {data_dir}")
     try:
         cluster.start()

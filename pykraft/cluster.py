@@ -75,6 +75,7 @@ class LocalCluster:
     # Kafka-named settings passed to every process as ``--override key=value``.
     overrides: dict[str, str] = field(default_factory=dict)
     nodes: list[NodeSpec] = field(default_factory=list)
+    log_level: str = ""  # every process's --log-level ("": the processes' default, WARNING)
     # Popen handles of the processes this object started (none after ``load``): kept so that the
     # children are reaped (no zombies, no ResourceWarning) when they stop.
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False, compare=False)
@@ -132,6 +133,8 @@ class LocalCluster:
             cmd += ["--controllers", self.controller_addresses]
         for key, value in sorted(self.overrides.items()):
             cmd += ["--override", f"{key}={value}"]
+        if self.log_level:
+            cmd += ["--log-level", self.log_level]
         return cmd
 
     # ---- process control ----------------------------------------------------------------------
@@ -241,7 +244,7 @@ class LocalCluster:
 
     def save(self) -> None:
         state = {"controllers": self.controllers, "brokers": self.brokers, "overrides": self.overrides,
-                 "nodes": [asdict(n) for n in self.nodes]}
+                 "log_level": self.log_level, "nodes": [asdict(n) for n in self.nodes]}
         tmp = self.data_dir / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.data_dir / STATE_FILE)
@@ -258,7 +261,8 @@ class LocalCluster:
         except (OSError, ValueError) as exc:
             raise ClusterError(f"cannot read {path}: {exc}") from exc
         return cls(data_dir=data_dir, controllers=state["controllers"], brokers=state["brokers"],
-                   overrides=state["overrides"], nodes=[NodeSpec(**n) for n in state["nodes"]])
+                   overrides=state["overrides"], nodes=[NodeSpec(**n) for n in state["nodes"]],
+                   log_level=state.get("log_level", ""))
 
 
 class ClusterError(Exception):

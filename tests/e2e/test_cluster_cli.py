@@ -19,23 +19,36 @@ def pykraft(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[s
                           timeout=timeout, check=False)
 
 
-def test_up_status_down_controllers_only(tmp_path: Path) -> None:
+def test_up_status_down(tmp_path: Path) -> None:
+    """up returns with every node serving (the broker unfenced); down stops each one gracefully
+    (SIGTERM, no SIGKILL needed); each process wrote its own structured log file."""
     data = tmp_path / "cluster"
     try:
-        up = pykraft("cluster", "up", "--brokers", "0", "--data-dir", str(data))
+        up = pykraft("cluster", "up", "--brokers", "1", "--data-dir", str(data))
         assert up.returncode == 0, up.stderr
         assert up.stdout.startswith("bootstrap: 127.0.0.1:")
-        again = pykraft("cluster", "up", "--brokers", "0", "--data-dir", str(data))
+        again = pykraft("cluster", "up", "--brokers", "1", "--data-dir", str(data))
         assert again.returncode == 1 and "already running" in again.stderr
         status = pykraft("cluster", "status", "--json", "--data-dir", str(data))
         assert status.returncode == 0, status.stderr
         state = json.loads(status.stdout)
-        assert [n["health"] for n in state["nodes"]] == ["serving"] * 3
+        assert [(n["name"], n["health"]) for n in state["nodes"]] == [
+            ("controller-1", "serving"), ("controller-2", "serving"), ("controller-3", "serving"),
+            ("broker-101", "serving"),
+        ]  # fmt: skip
         assert state["active_controller"] in {1, 2, 3}
         down = pykraft("cluster", "down", "--data-dir", str(data))
         assert down.returncode == 0, down.stderr
+        assert down.stderr.count(": stopped") == 4 and "killed" not in down.stderr, down.stderr
         after = json.loads(pykraft("cluster", "status", "--json", "--data-dir", str(data)).stdout)
-        assert [n["health"] for n in after["nodes"]] == ["stopped"] * 3
+        assert [n["health"] for n in after["nodes"]] == ["stopped"] * 4
+        broker_log = (data / "logs" / "broker-101.log").read_text()
+        assert "node=101 role=broker" in broker_log and "event=registered" in broker_log, broker_log
+        assert "event=controlled_shutdown" in broker_log, broker_log
+        for name in ("controller-1", "controller-2", "controller-3"):
+            log = (data / "logs" / f"{name}.log").read_text()
+            assert "role=controller" in log and "event=shutdown" in log, log
+            assert "Traceback" not in log, log
     finally:
         if (data / "cluster.json").exists():
             LocalCluster.load(data).down(timeout_s=5.0)
