@@ -1,0 +1,363 @@
+"""Kafka's GroupMetadataManager as a sans-I/O core: the groups of the ``__consumer_offsets``
+partitions this broker leads, their loading and unloading, and what is stored in the log.
+
+- ``begin_loading`` / ``replay`` / ``complete_loading`` (this broker became leader of a partition:
+  its log is replayed in order; requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS until
+  done) and ``unload`` (leadership moved: parked requests answer NOT_COORDINATOR, groups are
+  forgotten);
+- appends: ``_append`` returns an ``Append`` in the ``Effects``; the driver appends it with acks=all
+  and reports back with ``complete_append``, which runs the continuation given with it (group
+  metadata after a rebalance, offsets after a commit, tombstones after a delete);
+- reads: OffsetFetch, ListGroups, DescribeGroups, committed offsets for the lag gauges.
+
+The group protocol itself (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit's fencing,
+DeleteGroups, timers) is ``broker.group_coordinator.GroupCoordinator``, a subclass. No I/O, no
+clock, no threads.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from broker.group_metadata import (
+    NO_GENERATION,
+    NO_OFFSET,
+    GroupMetadata,
+    GroupMetadataRecord,
+    GroupState,
+    MemberMetadata,
+    OffsetAndMetadata,
+    OffsetCommitRecord,
+    OffsetsRecord,
+    partition_for,
+)
+from broker.group_requests import (
+    OK,
+    DescribedGroup,
+    DescribedGroupMember,
+    FetchedOffset,
+    GroupError,
+    GroupResponse,
+    JoinGroupResponse,
+    ListedGroup,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+    error,
+)
+from proto.errors import ErrorCode
+
+E = ErrorCode
+S = GroupState
+# How an append error becomes a coordinator error (Kafka's GroupMetadataManager.storeGroup/storeOffsets).
+APPEND_ERRORS = {
+    E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS_AFTER_APPEND: E.COORDINATOR_NOT_AVAILABLE,
+    E.REQUEST_TIMED_OUT: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_LEADER_OR_FOLLOWER: E.NOT_COORDINATOR,
+    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
+    E.MESSAGE_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
+    E.RECORD_LIST_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
+    E.INVALID_FETCH_SIZE: E.UNKNOWN_SERVER_ERROR,
+}
+OFFSET_APPEND_ERRORS = {
+    **APPEND_ERRORS,
+    E.REQUEST_TIMED_OUT: E.REQUEST_TIMED_OUT,
+    E.MESSAGE_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
+    E.RECORD_LIST_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
+    E.INVALID_FETCH_SIZE: E.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """Kafka's broker settings ``group.*`` and ``offset.metadata.max.bytes``."""
+
+    min_session_timeout_ms: int = 6_000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3_000
+    new_member_join_timeout_ms: int = 300_000
+    max_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4_096
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    append_id: int
+    partition: int  # of __consumer_offsets
+    records: tuple[OffsetsRecord, ...]
+
+
+@dataclass(slots=True)
+class Effects:
+    responses: list[tuple[int, GroupResponse]] = field(default_factory=list)
+    appends: list[Append] = field(default_factory=list)
+
+    def respond(self, request_id: int, response: GroupResponse) -> None:
+        self.responses.append((request_id, response))
+
+
+AppendDone = Callable[[GroupError, int, Effects], None]
+
+
+def join_error(code: ErrorCode, message: str, member_id: str = "") -> JoinGroupResponse:
+    return JoinGroupResponse(error(code, message), member_id=member_id)
+
+
+def sync_error(code: ErrorCode, message: str) -> SyncGroupResponse:
+    return SyncGroupResponse(error(code, message))
+
+
+class GroupMetadataManager:
+    """The groups of the offsets partitions led here, and their records (see the module docstring)."""
+
+    def __init__(self, config: GroupConfig, rng: random.Random) -> None:
+        self.config = config
+        self.rng = rng
+        self.partition_count: int | None = None
+        self.groups: dict[str, GroupMetadata] = {}
+        self.loaded: set[int] = set()
+        self.loading: set[int] = set()
+        self._appends: dict[int, AppendDone] = {}
+        self._next_append_id = 0
+
+    # ---- partitions: load / unload ---------------------------------------------------------------
+
+    def partition_of(self, group_id: str) -> int:
+        assert self.partition_count is not None, "the offsets topic's partition count is not known yet"
+        return partition_for(group_id, self.partition_count)
+
+    def begin_loading(self, partition: int, partition_count: int) -> Effects:
+        """This broker became leader of ``partition``: requests wait until ``complete_loading``."""
+        fx = self.unload(partition) if partition in self.loaded | self.loading else Effects()
+        self.partition_count = partition_count
+        self.loading.add(partition)
+        return fx
+
+    def replay(self, partition: int, record: OffsetsRecord) -> None:
+        """Apply one record of the partition's log, in log order (a null value is a tombstone)."""
+        assert partition in self.loading, f"replay into partition {partition} that is not loading"
+        group = self.groups.get(record.group)
+        if group is None:
+            group = self.groups[record.group] = GroupMetadata(record.group)
+        if isinstance(record, OffsetCommitRecord):
+            if record.value is None:
+                group.offsets.pop((record.topic, record.partition), None)
+            else:
+                group.offsets[(record.topic, record.partition)] = record.value
+            return
+        fresh = GroupMetadata(record.group, offsets=group.offsets)
+        value = record.value
+        if value is not None:
+            fresh.generation_id, fresh.protocol_type = value.generation, value.protocol_type or None
+            fresh.protocol_name, fresh.state_timestamp_ms = (
+                value.protocol or None,
+                value.current_state_timestamp_ms,
+            )
+            for m in value.members:
+                member = MemberMetadata(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    value.protocol_type,
+                    ((value.protocol, m.subscription),),
+                    m.assignment,
+                )
+                fresh.add(member)
+            fresh.leader_id = value.leader if value.leader in fresh.members else fresh.leader_id
+            fresh.state = S.STABLE if fresh.members else S.EMPTY
+        self.groups[record.group] = fresh
+
+    def complete_loading(self, partition: int, now_ms: int) -> None:
+        """Loaded groups with members are Stable (their members get a fresh session), others Empty."""
+        assert partition in self.loading, f"partition {partition} is not loading"
+        self.loading.discard(partition)
+        self.loaded.add(partition)
+        for group_id, group in list(self.groups.items()):
+            if self.partition_of(group_id) != partition:
+                continue
+            if not group.members and not group.offsets and group.protocol_type is None:
+                del self.groups[group_id]  # only tombstones were left
+                continue
+            group.state = S.STABLE if group.members else S.EMPTY
+            for member in group.members.values():
+                member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        self.invariants()
+
+    def unload(self, partition: int) -> Effects:
+        """Leadership moved away: forget the partition's groups; parked requests answer NOT_COORDINATOR."""
+        fx = Effects()
+        self.loaded.discard(partition)
+        self.loading.discard(partition)
+        message = f"offsets partition {partition} moved to another broker; find the coordinator again"
+        for group_id, group in list(self.groups.items()):
+            if self.partition_of(group_id) != partition:
+                continue
+            for member in group.members.values():
+                if member.awaiting_join is not None:
+                    fx.respond(member.awaiting_join, join_error(E.NOT_COORDINATOR, message, member.member_id))
+                if member.awaiting_sync is not None:
+                    fx.respond(member.awaiting_sync, sync_error(E.NOT_COORDINATOR, message))
+            group.state = S.DEAD
+            del self.groups[group_id]
+        return fx
+
+    def _check_coordinator(self, group_id: str) -> GroupError | None:
+        if not group_id:
+            return error(E.INVALID_GROUP_ID, "the group id must not be empty")
+        if self.partition_count is None:
+            return error(E.NOT_COORDINATOR, f"group {group_id!r}: this broker leads no offsets partition")
+        partition = self.partition_of(group_id)
+        if partition in self.loading:
+            return error(
+                E.COORDINATOR_LOAD_IN_PROGRESS,
+                f"group {group_id!r}: offsets partition {partition} is loading; retry",
+            )
+        if partition not in self.loaded:
+            return error(
+                E.NOT_COORDINATOR,
+                f"group {group_id!r} (offsets partition {partition}) is "
+                "coordinated by another broker; find the coordinator again",
+            )
+        return None
+
+    # ---- appends ----------------------------------------------------------------------------------
+
+    def _append(
+        self, group_id: str, records: tuple[OffsetsRecord, ...], fx: Effects, done: AppendDone
+    ) -> None:
+        self._next_append_id += 1
+        self._appends[self._next_append_id] = done
+        fx.appends.append(Append(self._next_append_id, self.partition_of(group_id), records))
+
+    def complete_append(self, append_id: int, code: int, message: str, now_ms: int) -> Effects:
+        """The driver's answer to ``Append`` (``code`` NONE once the HW passed it)."""
+        fx = Effects()
+        done = self._appends.pop(append_id)
+        done(error(E(code), message) if code != E.NONE else OK, now_ms, fx)
+        self.invariants()
+        return fx
+
+    def _store_group(
+        self, group: GroupMetadata, assignment: dict[str, bytes], fx: Effects, done: AppendDone
+    ) -> None:
+        record = GroupMetadataRecord(group.group_id, group.snapshot(assignment))
+        self._append(group.group_id, (record,), fx, done)
+
+    def _store_offsets(
+        self, group: GroupMetadata, rid: int, req: OffsetCommitRequest, timestamp_ms: int, fx: Effects
+    ) -> None:
+        results: dict[tuple[str, int], GroupError] = {}
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        limit = self.config.offset_metadata_max_bytes
+        for p in req.partitions:
+            if len(p.committed_metadata.encode()) > limit:
+                results[(p.topic, p.partition)] = error(
+                    E.OFFSET_METADATA_TOO_LARGE,
+                    f"{p.topic}-{p.partition}: metadata is longer than offset.metadata.max.bytes {limit}",
+                )
+            else:
+                offsets[(p.topic, p.partition)] = OffsetAndMetadata(
+                    p.committed_offset, p.committed_leader_epoch, p.committed_metadata, timestamp_ms
+                )
+        if not offsets:
+            fx.respond(rid, OffsetCommitResponse(OK, results))
+            return
+        records = tuple(OffsetCommitRecord(group.group_id, t, p, value) for (t, p), value in offsets.items())
+
+        def done(result: GroupError, now_ms: int, fx: Effects) -> None:
+            if result.code == E.NONE and self.groups.get(group.group_id) is group:
+                group.offsets.update(offsets)
+            code = E(OFFSET_APPEND_ERRORS.get(E(result.code), E(result.code)))
+            outcome = OK if code == E.NONE else error(code, f"storing the offsets failed: {result.message}")
+            fx.respond(rid, OffsetCommitResponse(OK, {**results, **dict.fromkeys(offsets, outcome)}))
+
+        self._append(group.group_id, records, fx, done)
+
+    def handle_offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        problem = self._check_coordinator(req.group_id)
+        if problem is not None:
+            return OffsetFetchResponse(problem, {})
+        group = self.groups.get(req.group_id)
+        committed = group.offsets if group is not None else {}
+        wanted = sorted(committed) if req.partitions is None else req.partitions
+        result = {}
+        for tp in wanted:
+            value = committed.get(tp)
+            result[tp] = (
+                FetchedOffset()
+                if value is None
+                else FetchedOffset(value.offset, value.leader_epoch, value.metadata)
+            )
+        return OffsetFetchResponse(OK, result)
+
+    # ---- List / Describe / Delete -------------------------------------------------------------------
+
+    def handle_list_groups(self, states_filter: tuple[str, ...]) -> list[ListedGroup]:
+        listed = []
+        for group_id, group in sorted(self.groups.items()):
+            if self.partition_of(group_id) not in self.loaded:
+                continue
+            if states_filter and group.state.value not in states_filter:
+                continue
+            listed.append(ListedGroup(group_id, group.protocol_type or "", group.state.value))
+        return listed
+
+    def handle_describe_group(self, group_id: str) -> DescribedGroup:
+        problem = self._check_coordinator(group_id)
+        if problem is not None:
+            return DescribedGroup(problem, group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            return DescribedGroup(OK, group_id, S.DEAD.value)
+        stable = group.is_state(S.STABLE)  # Kafka shows metadata and assignments only when Stable
+        members = tuple(
+            DescribedGroupMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(group.protocol_name) if stable and group.protocol_name else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return DescribedGroup(
+            OK,
+            group_id,
+            group.state.value,
+            group.protocol_type or "",
+            (group.protocol_name or "") if stable else "",
+            group.generation_id,
+            members,
+        )
+
+    # ---- lag (metrics) --------------------------------------------------------------------------------
+
+    def committed_offsets(self) -> dict[str, dict[tuple[str, int], int]]:
+        """Every coordinated group's committed offsets, for lag gauges."""
+        return {
+            group_id: {tp: value.offset for tp, value in group.offsets.items() if value.offset != NO_OFFSET}
+            for group_id, group in self.groups.items()
+            if self.partition_count is not None and self.partition_of(group_id) in self.loaded
+        }
+
+    def invariants(self) -> None:
+        parked: list[int] = []
+        for group_id, group in self.groups.items():
+            group.invariants()
+            assert self.partition_of(group_id) in self.loaded | self.loading, (
+                f"group {group_id} lives in partition {self.partition_of(group_id)}, not led here"
+            )
+            assert group.generation_id >= 0 or group.generation_id == NO_GENERATION
+            for m in group.members.values():
+                parked.extend(r for r in (m.awaiting_join, m.awaiting_sync) if r is not None)
+        assert len(parked) == len(set(parked)), f"a request is parked twice: {sorted(parked)}"
