@@ -77,7 +77,7 @@ class LogCleanerDriver:
             log.info("%s-%d: log changed while it was cleaned; discarded the pass", *tp)
             return False
         try:  # fsync the renames, free the replaced files: off the loop too
-            await loop.run_in_executor(self._executor, cleaner.finalize, plog.directory)
+            await loop.run_in_executor(self._executor, cleaner.finalize, plog.directory, result.end_offset)
         except OSError as exc:  # e.g. the partition was deleted meanwhile; the next start finishes it
             log.warning("%s-%d: finishing the cleaner's swap failed: %s", *tp, exc)
         self.passes += 1

@@ -15,14 +15,17 @@ module reads and writes files. A cleaning pass has three steps, split by who may
 3. ``Log.finish_cleaning(result)`` (the owner again, briefly): if the planned segments are still the
    log's, ``commit`` swaps every group in — Kafka's ``.swap`` idea with one commit point per pass::
 
-       write cleaner-swap (the groups' offset ranges; temp file, fsync, rename, fsync dir)   <- commit
+       rename cleaner-swap.staged (the groups' offset ranges, written and fsynced by the thread)
+           to cleaner-swap, fsync dir                                                       <- commit
        per group: rename the old segments' files to *.deleted, rename <base>.*.cleaned to <base>.*
 
    otherwise (truncated, deleted, closed) the cleaned files are discarded. Then ``finalize`` (back in
-   the worker thread) fsyncs the directory, removes the marker and unlinks the ``*.deleted`` files.
+   the worker thread) fsyncs the directory, writes the cleaner checkpoint, removes the marker and
+   unlinks the ``*.deleted`` files.
 
 Recovery (``complete_interrupted_swaps``, run by ``storage.log_loader`` before it lists segments):
-without a marker, every ``*.cleaned`` file is from a pass that never committed: deleted. With one,
+without a marker, every ``*.cleaned`` file (and a staged marker) is from a pass that never committed:
+deleted. With one,
 each listed group is finished whatever subset of its renames reached the disk (see there). A cleaned
 segment always ends at the same offset as the segments it replaces (their last batch is kept, empty
 if need be), so segments stay contiguous; a pass commits all its groups or none, so a tombstone
@@ -45,7 +48,7 @@ from pathlib import Path
 
 from storage import compaction
 from storage.batch_header import HEADER_SIZE, BatchHeader, CorruptRecordError, parse_header
-from storage.checkpoint import CheckpointFile, fsync_dir
+from storage.checkpoint import TEMP_SUFFIX, CheckpointFile, OffsetCheckpoint, fsync_dir
 from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -60,6 +63,7 @@ from storage.segment import (
 CLEANED_SUFFIX = ".cleaned"
 DELETED_SUFFIX = ".deleted"
 COMMIT_FILE = "cleaner-swap"
+STAGED_COMMIT_FILE = "cleaner-swap.staged"  # the marker written ahead by the thread; renamed to commit
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 READ_CHUNK_BYTES = 1 << 20
 WRITE_CHUNK_BYTES = 1 << 20
@@ -67,6 +71,8 @@ WRITE_CHUNK_BYTES = 1 << 20
 # and the rest stays dirty for the next pass (Kafka sizes it with log.cleaner.dedupe.buffer.size).
 DEFAULT_MAX_MAP_KEYS = 1_000_000
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+# Files of a pass that never committed, or of a finished one (``*.deleted``): removed at startup.
+_LEFTOVER_ENDINGS = (CLEANED_SUFFIX, DELETED_SUFFIX, STAGED_COMMIT_FILE, STAGED_COMMIT_FILE + TEMP_SUFFIX)
 
 
 @dataclass(slots=True)
@@ -115,12 +121,21 @@ class CleaningResult:
     bytes_after: int = 0
     records_removed: int = 0
 
+    def ranges(self) -> list[tuple[int, int]]:
+        """(base offset, end offset) of each group that has a cleaned segment to swap in."""
+        return [
+            (group.originals[0].info.base_offset, group.originals[-1].info.next_offset)
+            for group in self.groups
+            if group.cleaned is not None
+        ]
+
     def discard(self) -> None:
-        """Delete the cleaned files of a pass that will not be swapped in."""
+        """Delete the cleaned files (and the staged marker) of a pass that will not be swapped in."""
         for group in self.groups:
             if group.cleaned is not None:
                 group.cleaned.delete()
                 group.cleaned = None
+        (self.plan.directory / STAGED_COMMIT_FILE).unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------------------------- the thread
@@ -140,7 +155,8 @@ def clean(plan: CleaningPlan) -> CleaningResult:
             originals = segments[group.start : group.stop]
             result.groups.append(CleanedGroup(originals, None))
             result.groups[-1].cleaned = _clean_group(plan, originals, offset_map, last_of_producer, result)
-        fsync_dir(plan.directory)  # the .cleaned names are durable before a marker can name them
+        if result.ranges():  # staged here, fsynced with the .cleaned names; commit only renames it
+            CheckpointFile(plan.directory / STAGED_COMMIT_FILE, width=2).write(result.ranges())
     except BaseException:
         result.discard()
         raise
@@ -274,16 +290,16 @@ def _file_batches(fd: int, size_bytes: int) -> Iterator[tuple[BatchHeader, bytes
 
 def commit(directory: Path, groups: list[CleanedGroup]) -> None:
     """Swap the cleaned groups in (the log's owner, after checking the plan still holds). The commit
-    point is the marker ``cleaner-swap`` (written atomically: temp file, fsync, rename, fsync dir) that
-    lists each group's offset range; then, per group, the old segments' files are renamed to
-    ``*.deleted`` and the cleaned files to the live names — renames only, no fsync: ``finalize``
-    (off the loop) makes them durable, then removes the marker and the ``*.deleted`` files. The old
-    segments' descriptors stay open (the caller closes them later)."""
+    point is the marker ``cleaner-swap`` listing each group's offset range: ``clean`` wrote and fsynced
+    it as ``cleaner-swap.staged``, here it is renamed and the directory fsynced. Then, per group, the
+    old segments' files are renamed to ``*.deleted`` and the cleaned files to the live names — renames
+    only: ``finalize`` (off the loop) makes them durable, then removes the marker and the replaced
+    files. The old segments' descriptors stay open (the caller closes them later)."""
     groups = [group for group in groups if group.cleaned is not None]
     if not groups:
         return
-    ranges = [(group.originals[0].info.base_offset, group.originals[-1].info.next_offset) for group in groups]
-    CheckpointFile(directory / COMMIT_FILE, width=2).write(ranges)
+    os.replace(directory / STAGED_COMMIT_FILE, directory / COMMIT_FILE)
+    fsync_dir(directory)
     for group in groups:
         cleaned = group.cleaned
         assert cleaned is not None and cleaned.file_suffix == CLEANED_SUFFIX, f"not cleaned: {cleaned}"
@@ -292,10 +308,11 @@ def commit(directory: Path, groups: list[CleanedGroup]) -> None:
         cleaned.change_file_suffix("")
 
 
-def finalize(directory: Path) -> None:
-    """After ``commit``, off the log's thread: make the renames durable, then drop the marker and the
-    replaced files (their blocks are freed here, not on the event loop)."""
+def finalize(directory: Path, first_dirty_offset: int) -> None:
+    """After ``commit``, off the log's thread: make the renames durable, write the cleaner checkpoint,
+    then drop the marker and the replaced files (their blocks are freed here, not on the event loop)."""
     fsync_dir(directory)
+    OffsetCheckpoint(directory / CLEANER_CHECKPOINT_FILE).write(first_dirty_offset)
     (directory / COMMIT_FILE).unlink(missing_ok=True)
     for path in directory.iterdir():
         if path.name.endswith(DELETED_SUFFIX):
@@ -322,7 +339,7 @@ def complete_interrupted_swaps(directory: Path) -> int:
         cleaned = directory / segment_file_name(base_offset, LOG_SUFFIX + CLEANED_SUFFIX)
         if cleaned.exists():
             os.replace(cleaned, directory / segment_file_name(base_offset, LOG_SUFFIX))
-    leftovers = [p for p in directory.iterdir() if p.name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX))]
+    leftovers = [p for p in directory.iterdir() if p.name.endswith(_LEFTOVER_ENDINGS)]
     for path in leftovers:
         path.unlink()
     if ranges or leftovers:

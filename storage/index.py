@@ -89,6 +89,10 @@ class _SortedIndex:
             os.truncate(self.path, count * self._entry.size)
             self._entries_on_disk = count
 
+    def mark_unwritten(self) -> None:
+        """The file is gone (or was never written): the next flush writes every entry."""
+        self._entries_on_disk = 0
+
     def reset(self) -> None:
         self.keys, self.values = [], []
         self._entries_on_disk = 0

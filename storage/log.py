@@ -151,8 +151,9 @@ class Log:
         self._last_flush_ms = clock_ms()
         self._written: dict[str, int] = {}
         self._closed = False
-        self._cleaner_checkpoint = OffsetCheckpoint(self.directory / cleaner.CLEANER_CHECKPOINT_FILE)
-        self._first_dirty_offset = self._cleaner_checkpoint.read() or 0
+        # The cleaner checkpoint (cleaner.finalize writes it): the first offset not yet compacted.
+        checkpoint = OffsetCheckpoint(self.directory / cleaner.CLEANER_CHECKPOINT_FILE).read()
+        self._first_dirty_offset = checkpoint or 0
         # Earliest delete horizon of kept tombstones; unknown after opening (0: check at the next pass).
         self._tombstone_horizon_ms: int | None = 0
         self._cleaning: cleaner.CleaningPlan | None = None
@@ -631,7 +632,7 @@ class Log:
     def finish_cleaning(self, result: cleaner.CleaningResult) -> bool:
         """Swap the cleaned segments in (``cleaner.commit``: one fsynced commit marker, then renames) if
         the planned segments are still this log's, unchanged; else discard them. True if swapped in:
-        the caller then runs ``cleaner.finalize(directory)`` off this thread."""
+        the caller then runs ``cleaner.finalize(directory, first_dirty_offset)`` off this thread."""
         assert self._cleaning is result.plan, f"{self.name}: finishing a pass this log did not plan"
         self._cleaning = None
         if self._closed or not self._plan_still_holds(result.plan):
@@ -649,8 +650,7 @@ class Log:
             self._bases[first : first + len(group.originals)] = [group.cleaned.base_offset]
             self._retired.extend(planned.segment for planned in group.originals)
             group.cleaned = None
-        self._first_dirty_offset = result.end_offset
-        self._cleaner_checkpoint.write(result.end_offset)
+        self._first_dirty_offset = result.end_offset  # persisted by cleaner.finalize
         self._tombstone_horizon_ms = result.tombstone_horizon_ms
         return True
 

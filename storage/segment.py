@@ -196,11 +196,14 @@ class LogSegment:
     def change_file_suffix(self, suffix: str) -> None:
         """Rename the three files to end in ``suffix`` ("" = the live names; Kafka's
         ``changeFileSuffixes``). The open descriptor keeps working: a rename does not touch it. The index
-        files go first, the ``.log`` last: the ``.log`` file's name is what recovery reads."""
+        files go first, the ``.log`` last: the ``.log`` file's name is what recovery reads. Entries
+        not yet flushed stay in memory and go to the new name at the next flush."""
         for index in (self.offset_index, self.time_index):
             target = index.path.with_name(index.path.name.removesuffix(self.file_suffix) + suffix)
-            index.flush(fsync=False)  # the file must exist to be renamed
-            os.replace(index.path, target)
+            try:
+                os.replace(index.path, target)
+            except FileNotFoundError:  # never written: the next flush writes every entry
+                index.mark_unwritten()
             index.path = target
         target = self.log_path.with_name(self.log_path.name.removesuffix(self.file_suffix) + suffix)
         os.replace(self.log_path, target)

@@ -41,7 +41,12 @@ def test_a_round_cleans_only_compacted_logs_and_leaves_no_files(tmp_path: Path) 
         values = [r.value for r in iter_records(compacted.read(0, 1 << 20))]
         assert values == [b"v3"] * 3
         assert len(list(iter_records(logs[("plain", 0)].read(0, 1 << 20)))) == 3  # one segment per read
-        leftovers = (cleaner.CLEANED_SUFFIX, cleaner.DELETED_SUFFIX, cleaner.COMMIT_FILE)
+        leftovers = (
+            cleaner.CLEANED_SUFFIX,
+            cleaner.DELETED_SUFFIX,
+            cleaner.COMMIT_FILE,
+            cleaner.STAGED_COMMIT_FILE,
+        )
         assert not [p for p in compacted.directory.iterdir() if p.name.endswith(leftovers)]
     finally:
         for log in logs.values():

@@ -23,7 +23,7 @@ from storage.record_batch import build_batch, iter_batches
 
 COMPACT = {"cleanup_policy": "compact", "min_cleanable_dirty_ratio": 0.0, "retention_ms": None}
 KEYS = [b"k%d" % i for i in range(5)]
-LEFTOVERS = (cleaner.CLEANED_SUFFIX, cleaner.DELETED_SUFFIX, cleaner.COMMIT_FILE)
+LEFTOVERS = (cleaner.CLEANED_SUFFIX, cleaner.DELETED_SUFFIX, cleaner.COMMIT_FILE, cleaner.STAGED_COMMIT_FILE)
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def run_cleaner(log: Log) -> cleaner.CleaningResult | None:
         return None
     result = cleaner.clean(plan)
     assert log.finish_cleaning(result)
-    cleaner.finalize(log.directory)
+    cleaner.finalize(log.directory, log.first_dirty_offset)
     log.invariants()
     assert not [p.name for p in log.directory.iterdir() if p.name.endswith(LEFTOVERS)]
     return result
