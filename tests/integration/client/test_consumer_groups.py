@@ -297,3 +297,25 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(
     produce(bootstrap, topic, [b"s-%d" % i for i in range(40)], 4)
     until(lambda: len(a2.printed()) + len(b.printed()) >= 40, "records flowing to both")
     assert b.rebalance_lines == b_lines, f"the other member rebalanced:\n{b.log()}"
+
+
+def test_cooperative_sticky_moves_only_what_it_must(
+    cluster: BrokerCluster, processes: list[ConsumerProcess]
+) -> None:
+    """KIP-429 on real brokers: with cooperative-sticky, a member joining a 2-member group over 6
+    partitions makes the others revoke just the partitions it gets (one each), never all of theirs,
+    and the newcomer gets them in the follow-up rebalance."""
+    bootstrap = cluster.cluster.bootstrap
+    topic, group = "coop", "g-coop"
+    cluster.create_topic(topic, partitions=6)
+    coop = {"partition.assignment.strategy": "cooperative-sticky"}
+    processes += [ConsumerProcess(bootstrap, topic, group, **coop) for _ in range(2)]
+    wait_split(processes, 6, "a 2-way split")
+    before = [(m.assignment(), len(m.stderr)) for m in processes]
+    processes.append(ConsumerProcess(bootstrap, topic, group, **coop))
+    wait_split(processes, 6, "a 3-way split")
+    for member, (owned, lines_before) in zip(processes[:2], before, strict=True):
+        assert len(member.assignment()) == 2 and member.assignment() <= owned, "members keep what they own"
+        with member.lock:
+            revoked = [line for line in member.stderr[lines_before:] if line.startswith("Revoked")]
+        assert len(revoked) == 1 and len(revoked[0].split()) == 2, f"revoked only one partition: {revoked}"
