@@ -197,6 +197,19 @@ class ConsumerCoordinator:
         self.heartbeat_in_flight = False
         self.fatal: errors.KafkaError | None = None
 
+    def invariants(self) -> None:
+        """Checked after every transition (cheap): a stable member has a generation and a member id,
+        and a subscribed member out of the group rejoins. (Owned partitions may lie outside a
+        subscription changed since the last rebalance, as in Kafka: the next rebalance revokes them.)"""
+        if self.state is MemberState.STABLE:
+            assert self.generation.generation_id != NO_GENERATION, (
+                f"stable without a generation: {self.generation}"
+            )
+            assert self.generation.member_id != UNKNOWN_MEMBER_ID, "stable without a member id"
+        if self.state is MemberState.UNJOINED and self.subscribed:
+            assert self.rejoin_needed, "an unjoined subscribed member must rejoin"
+        assert not (self.heartbeat_in_flight and self.coordinator is None), "a heartbeat to no coordinator"
+
     # ---- subscription -------------------------------------------------------------------------------
 
     @property
@@ -312,6 +325,7 @@ class ConsumerCoordinator:
             self.leader_id = result.leader
             self.group_members = dict(result.members)
             self.state = MemberState.COMPLETING_REBALANCE
+            self.invariants()
             return Step(Next.CONTINUE)
         self.state = MemberState.UNJOINED
         if code == ErrorCode.MEMBER_ID_REQUIRED:
@@ -361,6 +375,7 @@ class ConsumerCoordinator:
             self.request_rejoin(
                 f"revoked {len(revoked)} partition(s): the new owners get them in a follow-up"
             )
+        self.invariants()
         return Step(Next.CONTINUE), AssignmentChange(added=added, revoked=revoked)
 
     def is_leader_of_last_join(self) -> bool:
@@ -408,6 +423,7 @@ class ConsumerCoordinator:
         self._join_prepared = False
         self.heartbeat_in_flight = False
         self.request_rejoin(reason)
+        self.invariants()
 
     # ---- heartbeats and the poll timer --------------------------------------------------------------
 
@@ -446,7 +462,9 @@ class ConsumerCoordinator:
             self.request_rejoin("the coordinator started a rebalance (heartbeat: REBALANCE_IN_PROGRESS)")
             return Step(Next.CONTINUE)
         self.next_heartbeat_ms = now_ms + self.config.retry_backoff_ms
-        return self._on_group_error(code, message, "Heartbeat")
+        step = self._on_group_error(code, message, "Heartbeat")
+        self.invariants()
+        return step
 
     def session_expired(self, now_ms: int) -> bool:
         """No heartbeat answered for a whole session: the coordinator is presumed gone (Kafka)."""

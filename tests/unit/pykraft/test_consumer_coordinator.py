@@ -309,3 +309,16 @@ def test_cores_do_no_io(module: str) -> None:
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     forbidden = {"asyncio", "grpc", "threading", "time", "os", "socket", "random"}
     assert not imported & forbidden and not any(m.endswith("_pb2") or m == "grpc" for m in imported)
+
+
+def test_resubscribing_keeps_the_generation_until_the_rebalance() -> None:
+    """Kafka: subscribe() to other topics does not drop the assignment at once; the rebalance it
+    requests revokes the partitions of the dropped topics (cooperative: only those)."""
+    core = coordinator(assignors=("cooperative-sticky",))
+    stable(core, 1, (T0, T1))
+    core.subscribe(["u"])
+    assert core.rejoin_needed and core.state is MemberState.STABLE
+    core.on_heartbeat_response(core.on_heartbeat_sent(0), ErrorCode.NOT_COORDINATOR, "", 5)
+    core.invariants()
+    assert core.prepare_join().revoked == (T0, T1)
+    assert core.join_request().protocols[0][1].topics == ("u",)
