@@ -28,10 +28,15 @@ from pathlib import Path
 
 from proto.settings import (
     ADVERTISED_LISTENERS,
+    IDENTITY_FLAGS,
     NON_ROUTABLE_HOSTS,
     SettingsError,
     collect_overrides,
+    fill_identity,
+    listen_address,
+    one_dir,
     parse_listener,
+    require,
 )
 
 # Kafka config name -> (BrokerSettings field, minimum)
@@ -96,6 +101,11 @@ CONTROLLER_KEYS = frozenset(
 )
 
 
+IDENTITY_CONVERTERS = {
+    "node_id": int, "listen": listen_address, "controllers": str, "voters": str, "data_dir": one_dir,
+    "rack": str,
+}  # fmt: skip
+REQUIRED_FLAGS = ("node_id", "listen", "controllers", "data_dir")
 METRICS_OFF = -1  # proto.metrics.METRICS_OFF (not imported: prometheus-client is slow to import)
 
 
@@ -197,11 +207,13 @@ class BrokerConfig:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-id", type=int, required=True, help="this broker's id (e.g. 101)")
-    parser.add_argument("--listen", required=True, help="host:port to serve BrokerService/ReplicaService on")
-    parser.add_argument("--controllers", required=True, help="host:port[,host:port...] of any controllers")
-    parser.add_argument("--data-dir", type=Path, required=True, help="directory of the partition logs")
-    parser.add_argument("--rack", default="", help="rack id for replica placement")
+    # Required, unless given by their Kafka names (node.id, listeners, controller.quorum.bootstrap.servers
+    # or controller.quorum.voters, log.dirs, broker.rack) in --config-file or PYKRAFT_* variables.
+    parser.add_argument("--node-id", type=int, help="this broker's id (e.g. 101)")
+    parser.add_argument("--listen", help="host:port to serve BrokerService/ReplicaService on")
+    parser.add_argument("--controllers", help="host:port[,host:port...] of any controllers")
+    parser.add_argument("--data-dir", type=Path, help="directory of the partition logs")
+    parser.add_argument("--rack", help="rack id for replica placement")
     parser.add_argument(
         "--advertised-listener", "--advertised-listeners", dest="advertised_listener", default=None,
         metavar="HOST:PORT", help="address registered for clients and other brokers (default: --listen)",
@@ -216,6 +228,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> BrokerConfig:
+    known = {*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS, *IDENTITY_FLAGS}
+    try:
+        items = collect_overrides(args.override, known, os.environ, args.config_file)
+        items = fill_identity(args, items, IDENTITY_CONVERTERS)
+        if args.controllers is None and getattr(args, "voters", None):  # Kafka's brokers know the voters
+            args.controllers = ",".join(v.partition("@")[2] for v in args.voters.split(","))
+        require(args, *REQUIRED_FLAGS)
+    except SettingsError as exc:
+        raise BrokerConfigError(str(exc)) from None
     if args.node_id < 0:
         raise BrokerConfigError(f"--node-id {args.node_id}: must be >= 0")
     host, sep, port = args.listen.rpartition(":")
@@ -226,11 +247,6 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
         raise BrokerConfigError(f"--controllers {args.controllers!r}: expected HOST:PORT[,HOST:PORT...]")
     if args.metrics_port < METRICS_OFF or args.metrics_port > 65535:
         raise BrokerConfigError(f"--metrics-port {args.metrics_port}: must be 1..65535, 0 (any) or -1 (off)")
-    known = {*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS}
-    try:
-        items = collect_overrides(args.override, known, os.environ, args.config_file)
-    except SettingsError as exc:
-        raise BrokerConfigError(str(exc)) from None
     settings = parse_overrides(items)
     if args.advertised_listener is not None:
         advertised = _listener(args.advertised_listener, "--advertised-listener")
@@ -244,8 +260,8 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
     else:
         advertised = (host, int(port))
     return BrokerConfig(
-        args.node_id, host, int(port), controllers, args.data_dir, args.rack, settings, args.metrics_port,
-        *advertised,
+        args.node_id, host, int(port), controllers, args.data_dir, args.rack or "", settings,
+        args.metrics_port, *advertised,
     )  # fmt: skip
 
 

@@ -572,8 +572,8 @@ async def serve(config: BrokerConfig) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        configure_logging(args.log_level, args.node_id, "broker")
-        config = config_from(args)
+        config = config_from(args)  # node.id may come from the properties file or the environment
+        configure_logging(args.log_level, config.node_id, "broker")
     except (BrokerConfigError, ValueError) as exc:
         print(f"pykraft broker: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -52,7 +52,16 @@ from proto import admin_pb2_grpc, controller_pb2_grpc
 from proto.logfmt import configure_logging, log_event
 from proto.metrics import METRICS_OFF, MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services
-from proto.settings import ADVERTISED_LISTENERS, collect_overrides, parse_listener
+from proto.settings import (
+    ADVERTISED_LISTENERS,
+    IDENTITY_FLAGS,
+    collect_overrides,
+    fill_identity,
+    listen_address,
+    one_dir,
+    parse_listener,
+    require,
+)
 from raft.config import QuorumConfigError, parse_voters
 from raft.driver import DriverConfig, RaftDriver
 from raft.store import RaftStoreCorruptError
@@ -62,6 +71,8 @@ log = logging.getLogger(__name__)
 EXIT_USAGE = 2
 EXIT_STUCK = 3  # the shutdown watchdog fired (see start_shutdown_watchdog)
 SERVER_STOP_GRACE_S = 0.5
+IDENTITY_CONVERTERS = {"node_id": int, "listen": listen_address, "voters": str, "data_dir": one_dir}
+REQUIRED_FLAGS = ("node_id", "listen", "voters", "data_dir")
 SHUTDOWN_DEADLINE_S = 10.0  # plus two election timeouts (a leadership hand-over)
 SERVICE_NAMES = [
     "pykraft.raft.RaftService",
@@ -159,14 +170,16 @@ def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSet
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-id", type=int, required=True, help="this controller's voter id")
-    parser.add_argument("--listen", required=True, help="host:port to serve on (others dial --voters)")
+    # Required, unless given by their Kafka names (node.id, listeners, controller.quorum.voters, log.dirs)
+    # in --config-file or PYKRAFT_* variables (proto.settings.fill_identity).
+    parser.add_argument("--node-id", type=int, help="this controller's voter id")
+    parser.add_argument("--listen", help="host:port to serve on (others dial --voters)")
     parser.add_argument(
         "--advertised-listener", "--advertised-listeners", dest="advertised_listener", default=None,
         metavar="HOST:PORT", help="must equal this node's --voters entry (the address others dial)",
     )  # fmt: skip
-    parser.add_argument("--voters", required=True, help="1@host:port,2@host:port,3@host:port")
-    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--voters", help="1@host:port,2@host:port,3@host:port")
+    parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--broker-session-timeout-ms", type=int, default=DEFAULT_BROKER_SESSION_TIMEOUT_MS)
     parser.add_argument("--election-timeout-ms", type=int, default=300)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=50)
@@ -188,7 +201,10 @@ def settings_from(args: argparse.Namespace) -> ControllerSettings:
     )
     if args.metrics_port < METRICS_OFF or args.metrics_port > 65535:
         raise ValueError(f"--metrics-port {args.metrics_port}: must be 1..65535, 0 (any) or -1 (off)")
-    items = collect_overrides(args.override, [*OVERRIDES, ADVERTISED_LISTENERS], os.environ, args.config_file)
+    known = [*OVERRIDES, ADVERTISED_LISTENERS, *IDENTITY_FLAGS]
+    items = collect_overrides(args.override, known, os.environ, args.config_file)
+    items = fill_identity(args, items, IDENTITY_CONVERTERS)
+    require(args, *REQUIRED_FLAGS)
     if args.advertised_listener is not None:
         items.append(f"{ADVERTISED_LISTENERS}={args.advertised_listener}")
     settings = parse_overrides(items, base)
@@ -332,8 +348,8 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        settings = settings_from(args)  # node.id may come from the properties file or the environment
         configure_logging(args.log_level, args.node_id, "controller")
-        settings = settings_from(args)
         asyncio.run(serve(args, settings))
     except (QuorumConfigError, RaftStoreCorruptError, OSError, ValueError) as exc:
         print(f"pykraft controller: error: {exc}", file=sys.stderr)

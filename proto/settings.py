@@ -17,11 +17,17 @@ and, since the last item for a key wins, applies the precedence. Defaults are th
 ``advertised.listeners`` (``parse_listener``) is the one setting whose value is an address: the
 ``HOST:PORT`` others use to reach a node, which may differ from the one it listens on (a proxy, NAT,
 a container name). Kafka's ``PLAINTEXT://HOST:PORT`` form is accepted; pykraft has one listener.
+
+A node's identity — what the flags ``--node-id``, ``--listen``, ``--voters``, ``--controllers``,
+``--data-dir`` and ``--rack`` give — may come from the same sources under Kafka's names
+(``IDENTITY_FLAGS``: ``node.id``, ``listeners``, ...), so a Kafka-style per-node ``server.properties``
+or ``PYKRAFT_NODE_ID``-style variables describe a whole node. ``fill_identity`` takes them out of the
+merged items and sets each flag that was not given (a flag still wins).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 ENV_PREFIX = "PYKRAFT_"
@@ -41,8 +47,9 @@ def env_name(key: str) -> str:
     return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
 
 
-def parse_listener(text: str, what: str = ADVERTISED_LISTENERS) -> tuple[str, int]:
-    """``HOST:PORT`` or ``PLAINTEXT://HOST:PORT`` -> ``(host, port)``; ``what`` names the source."""
+def parse_listener(text: str, what: str = ADVERTISED_LISTENERS, routable: bool = True) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PLAINTEXT://HOST:PORT`` -> ``(host, port)``; ``what`` names the source.
+    ``routable=False`` for an address to bind (``listeners``), where 0.0.0.0 is fine."""
     value = text.strip()
     if "," in value:
         raise SettingsError(f"{what}={text}: pykraft has one listener; give one HOST:PORT")
@@ -54,12 +61,73 @@ def parse_listener(text: str, what: str = ADVERTISED_LISTENERS) -> tuple[str, in
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise SettingsError(f"{what}={text}: expected HOST:PORT, e.g. broker-1.example.com:9092")
-    if host in NON_ROUTABLE_HOSTS:
+    if routable and host in NON_ROUTABLE_HOSTS:
         raise SettingsError(
             f"{what}={text}: {host or 'an empty host'} cannot be dialled by other nodes; "
             "advertise a routable name or IP address"
         )
     return host, int(port)
+
+
+# Kafka's name -> the argparse attribute of the flag it stands for (each process uses the ones it has).
+IDENTITY_FLAGS: dict[str, str] = {
+    "node.id": "node_id",
+    "listeners": "listen",
+    "controller.quorum.voters": "voters",
+    "controller.quorum.bootstrap.servers": "controllers",
+    "log.dirs": "data_dir",
+    "broker.rack": "rack",
+}
+
+
+Converters = Mapping[str, Callable[[str], object]]
+
+
+def fill_identity(args: object, items: list[str], converters: Converters) -> list[str]:
+    """Set each identity flag of ``args`` that is None from the items (the last value of its Kafka
+    name wins), converted by ``converters[attribute]`` (a ValueError names the setting); return the
+    items that are not identity settings. Identity names a process does not use are dropped."""
+    rest, found = [], {}
+    for item in items:
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if key in IDENTITY_FLAGS:
+            found[key] = value.strip()
+        else:
+            rest.append(item)
+    for key, value in found.items():
+        attribute = IDENTITY_FLAGS[key]
+        if attribute not in converters or getattr(args, attribute, None) is not None:
+            continue
+        try:
+            setattr(args, attribute, converters[attribute](value))
+        except SettingsError:
+            raise
+        except ValueError as exc:
+            raise SettingsError(f"setting {key}={value}: {exc}") from None
+    return rest
+
+
+def listen_address(value: str) -> str:
+    """A ``listeners`` value (``PLAINTEXT://HOST:PORT`` or ``HOST:PORT``) -> ``HOST:PORT``."""
+    host, port = parse_listener(value, "listeners", routable=False)
+    return f"{host}:{port}"
+
+
+def one_dir(value: str) -> Path:
+    """A ``log.dirs`` value -> its one directory (pykraft keeps every log of a node in one)."""
+    if "," in value:
+        raise ValueError("pykraft uses one data directory per node; give one path")
+    return Path(value)
+
+
+def require(args: object, *attributes: str) -> None:
+    """A SettingsError naming every way to give the first of ``attributes`` that is still missing."""
+    for attribute in attributes:
+        if getattr(args, attribute, None) is None:
+            key = next(k for k, a in IDENTITY_FLAGS.items() if a == attribute)
+            flag = "--" + attribute.replace("_", "-")
+            raise SettingsError(f"{flag} is required (or {key} in --config-file, or {env_name(key)})")
 
 
 def read_properties(path: Path) -> list[tuple[str, str]]:
