@@ -22,10 +22,9 @@ Counted as events happen:
 Consumer groups, for the groups this broker coordinates (``register_group_lag``), read at scrape time:
 
 - ``pykraft_consumer_group_committed_offset`` (labels ``group``, ``topic``, ``partition``);
-- ``pykraft_consumer_group_lag``: the partition's high watermark minus the committed offset, for
-  the partitions this broker hosts a replica of (a follower's HW may trail the leader's by one fetch);
-  partitions hosted elsewhere have only the committed offset here (``pykraft groups describe`` asks
-  their leaders);
+- ``pykraft_consumer_group_lag``: the partition's high watermark minus the committed offset. The HW
+  is the local replica's when this broker hosts one (a follower's may trail the leader's by one
+  fetch), else the leader's as polled every few seconds by ``broker.group_lag``;
 - ``pykraft_consumer_groups`` (label ``state``): groups coordinated here, by state.
 
 Collectors run in prometheus-client's thread while the event loop changes the state: they copy what
@@ -117,9 +116,15 @@ READ_RETRIES = 5
 class GroupLagCollector(Collector):
     """Committed offsets and lag of the groups coordinated here (see the module docstring)."""
 
-    def __init__(self, manager: ReplicaManager, core: GroupCoordinator) -> None:
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        core: GroupCoordinator,
+        remote: Callable[[], dict[tuple[str, int], int]],
+    ) -> None:
         self.manager = manager
         self.core = core
+        self.remote = remote
 
     def _read(
         self,
@@ -129,6 +134,7 @@ class GroupLagCollector(Collector):
                 committed = self.core.committed_offsets()
                 states = Tally(g.state.value for g in list(self.core.groups.values()))
                 hws = {tp: p.high_watermark for tp, p in list(self.manager.partitions.items())}
+                hws = {**self.remote(), **hws}  # a local replica's HW wins over a polled one
                 return committed, dict(states), hws
             except RuntimeError:  # a dict changed size under us: the loop moved on; read again
                 continue
@@ -143,7 +149,7 @@ class GroupLagCollector(Collector):
         )
         lag = GaugeMetricFamily(
             "pykraft_consumer_group_lag",
-            "High watermark minus the committed offset (partitions hosted here)",
+            "High watermark minus the committed offset",
             labels=["group", "topic", "partition"],
         )
         for group_id, tps in sorted(committed.items()):
@@ -186,9 +192,12 @@ class BrokerMetrics:
 
         self._isr_seen: dict[tuple[str, int], tuple[int, frozenset[int]]] = {}
 
-    def register_group_lag(self, core: GroupCoordinator) -> None:
-        """Export the committed offsets and lag of the groups ``core`` coordinates."""
-        self.registry.register(GroupLagCollector(self._manager, core))
+    def register_group_lag(
+        self, core: GroupCoordinator, remote: Callable[[], dict[tuple[str, int], int]] = dict
+    ) -> None:
+        """Export the committed offsets and lag of the groups ``core`` coordinates; ``remote()`` gives
+        the HWs of partitions not hosted here (``broker.group_lag``)."""
+        self.registry.register(GroupLagCollector(self._manager, core, remote))
 
     def observe_isr(self, partitions: Iterable[Partition]) -> None:
         """Count shrinks/expands of led partitions since the last call (see the module docstring)."""

@@ -49,6 +49,7 @@ from broker.broker_service import AdminForwarder, BrokerServicer
 from broker.config import BrokerConfig, BrokerConfigError, config_from
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
+from broker.group_lag import RemoteHighWatermarks
 from broker.group_service import GroupDriver, GroupServicer, group_config_from
 from broker.log_cleaner import LogCleanerDriver
 from broker.metrics import BrokerMetrics, RequestTimer
@@ -192,7 +193,8 @@ class BrokerNode:
         self.groups = GroupDriver(
             self.manager, group_config_from(settings), monotonic_ms, settings.offsets_commit_timeout_ms
         )
-        self.metrics.register_group_lag(self.groups.core)
+        self.group_lag = RemoteHighWatermarks(self.manager, self.groups.core, self.address_of)
+        self.metrics.register_group_lag(self.groups.core, lambda: self.group_lag.high_watermarks)
         self.metrics_endpoint: MetricsEndpoint | None = None
         self._tasks: list[asyncio.Task] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -242,6 +244,7 @@ class BrokerNode:
         await self.server.start()
         self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port)
         await self.register()
+        self.group_lag.start()
         settings = self.config.settings
         self._tasks = [
             asyncio.create_task(self._follow_metadata(), name="metadata"),
@@ -329,6 +332,7 @@ class BrokerNode:
         if self._timer is not None:
             self._timer.cancel()
         await self.groups.stop()
+        await self.group_lag.stop()
         await self.fetchers.stop()
         self.manager.close()
         if self.metrics_endpoint is not None:

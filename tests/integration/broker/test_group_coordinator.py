@@ -258,3 +258,38 @@ def test_committed_offsets_survive_coordinator_sigkill(
         for s in family.samples
     }
     assert samples[("pykraft_consumer_group_committed_offset", coordinator.group, "1")] == 22
+
+
+def test_lag_of_a_partition_hosted_on_another_broker(
+    cluster: BrokerCluster, coordinator: Coordinator
+) -> None:
+    """The coordinator polls the leader's HW for partitions it does not host (broker.group_lag)."""
+    coordinator.find()
+    other = next(
+        s.node_id
+        for s in cluster.cluster.broker_nodes
+        if s.node_id != coordinator.node_id and cluster.cluster.is_running(s)
+    )
+    topic = "group-lag-remote"
+    cluster.admin.create_topic(topic, assignments={0: [other]})
+    wait_for(lambda: cluster.leader(topic) == other, 30, f"{topic} led by {other}")
+    assert cluster.produce(other, topic, [b"a", b"b", b"c", b"d", b"e"]).code == ErrorCode.NONE
+
+    def committed() -> bool:
+        answer = coordinator.commit({0: 2}, topic)
+        return answer.topics[0].partitions[0].error.code == ErrorCode.NONE
+
+    wait_for(committed, 30, "a standalone commit (the coordinator must know the new topic)")
+    spec = cluster.broker(coordinator.node_id)
+
+    def lag() -> float | None:
+        text = (
+            urllib.request.urlopen(f"http://127.0.0.1:{spec.metrics_port}/metrics", timeout=5).read().decode()
+        )
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == "pykraft_consumer_group_lag" and s.labels.get("group") == coordinator.group:
+                    return s.value
+        return None
+
+    assert wait_for(lambda: lag() == 3, 20, "lag 3 (HW 5 - committed 2) on the coordinator's /metrics")

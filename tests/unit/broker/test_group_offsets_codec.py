@@ -101,13 +101,14 @@ def test_fill_converts_nested_dataclasses_and_optionals() -> None:
 
 
 def test_group_gauges_committed_offset_lag_and_states() -> None:
-    """Lag = HW - committed for partitions hosted here; only the committed offset for others."""
+    """Lag = HW - committed: the local replica's HW for partitions hosted here, the polled leader HW
+    for others; a partition with neither has only its committed offset."""
     h = Harness()
-    h.commit("", -1, {("t", 0): 4, ("elsewhere", 0): 2})
+    h.commit("", -1, {("t", 0): 4, ("elsewhere", 0): 2, ("unknown", 0): 1})
     hosted = SimpleNamespace(topic="t", partition=0, role=Role.FOLLOWER, high_watermark=10, log_end_offset=12)
     manager = SimpleNamespace(partitions={("t", 0): hosted})
     metrics = BrokerMetrics(manager)  # type: ignore[arg-type]
-    metrics.register_group_lag(h.core)
+    metrics.register_group_lag(h.core, lambda: {("elsewhere", 0): 7, ("t", 0): 99})
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
@@ -118,5 +119,7 @@ def test_group_gauges_committed_offset_lag_and_states() -> None:
     assert samples[("pykraft_consumer_group_committed_offset", t0)] == 4
     assert samples[("pykraft_consumer_group_lag", t0)] == 6
     assert samples[("pykraft_consumer_group_committed_offset", other)] == 2
-    assert ("pykraft_consumer_group_lag", other) not in samples
+    assert samples[("pykraft_consumer_group_lag", other)] == 5
+    unknown = (("group", GROUP), ("partition", "0"), ("topic", "unknown"))
+    assert ("pykraft_consumer_group_lag", unknown) not in samples
     assert samples[("pykraft_consumer_groups", (("state", "Empty"),))] == 1

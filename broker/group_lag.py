@@ -1,0 +1,120 @@
+"""High watermarks of the partitions a coordinated group committed offsets for but this broker does
+not host, for the consumer-lag gauges (``broker.metrics``).
+
+Every ``interval_s`` (only while such partitions exist) one ListOffsets LATEST per leader broker asks
+for their high watermarks; the answers replace ``high_watermarks`` as a whole (a partition that
+moved or failed simply drops out until the next round). Hosted partitions are not asked: the
+metrics read their HW from the local replica. Runs on the broker's event loop; calls are bounded by
+``timeout_s`` and a failure only logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from broker.group_coordinator import GroupCoordinator
+from broker.replica_manager import ReplicaManager
+from metadata.records import NO_LEADER
+from proto import broker_pb2, broker_pb2_grpc
+from proto.serving import GRPC_OPTIONS
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+REFRESH_INTERVAL_S = 5.0
+CALL_TIMEOUT_S = 2.0
+
+
+class RemoteHighWatermarks:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        core: GroupCoordinator,
+        address_of: Callable[[int], str | None],
+        interval_s: float = REFRESH_INTERVAL_S,
+        timeout_s: float = CALL_TIMEOUT_S,
+    ) -> None:
+        self.manager = manager
+        self.core = core
+        self.address_of = address_of
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.high_watermarks: dict[TP, int] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="group-lag")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for channel in self._channels.values():
+            await channel.close()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.refresh()
+            except Exception as exc:  # the gauges lose lag for a round; the broker goes on
+                log.warning("refreshing consumer-lag high watermarks failed: %r", exc)
+
+    def wanted(self) -> dict[int, set[TP]]:
+        """Leader broker -> the committed partitions not hosted here that it leads."""
+        image = self.manager.image
+        by_leader: dict[int, set[TP]] = {}
+        for offsets in self.core.committed_offsets().values():
+            for tp in offsets:
+                topic = image.topic_by_name(tp[0])
+                if tp in self.manager.partitions or topic is None or tp[1] not in topic.partitions:
+                    continue
+                leader = topic.partitions[tp[1]].leader
+                if leader != NO_LEADER:
+                    by_leader.setdefault(leader, set()).add(tp)
+        return by_leader
+
+    async def refresh(self) -> None:
+        fresh: dict[TP, int] = {}
+        for leader, tps in self.wanted().items():
+            address = self.address_of(leader)
+            if address is None:
+                continue
+            if address not in self._channels:
+                self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(tps):
+                by_topic.setdefault(topic, []).append(partition)
+            request = broker_pb2.ListOffsetsRequest(
+                topics=[
+                    broker_pb2.ListOffsetsTopic(
+                        name=topic,
+                        partitions=[
+                            broker_pb2.ListOffsetsPartition(partition=p, spec=broker_pb2.LATEST)
+                            for p in partitions
+                        ],
+                    )
+                    for topic, partitions in by_topic.items()
+                ]
+            )
+            try:
+                response = await broker_pb2_grpc.BrokerServiceStub(self._channels[address]).ListOffsets(
+                    request, timeout=self.timeout_s
+                )
+            except grpc.aio.AioRpcError as exc:
+                log.info("ListOffsets to broker %d for consumer lag: %s", leader, exc.code().name)
+                continue
+            for topic in response.topics:
+                for p in topic.partitions:
+                    if p.error.code == 0:
+                        fresh[(topic.name, p.partition)] = p.offset
+        self.high_watermarks = fresh
