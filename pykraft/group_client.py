@@ -477,22 +477,18 @@ class GroupClient:
             raise errors.error_for(code, f"OffsetCommit {where} in group {self.config.group_id!r}: {message}")
         return retriable
 
-    def commit_sync(self, offsets: Mapping[TopicPartition, int], deadline_ms: int) -> None:
-        if not offsets:
-            return
+    def _with_coordinator(self, api: str, attempt: Callable[[Any], tuple[Any, str]], deadline_ms: int) -> Any:
+        """``attempt(stub)`` on the coordinator until it returns a result (not None), finding the
+        coordinator again after a failed call, backing off between tries; REQUEST_TIMED_OUT naming the
+        last failure at ``deadline_ms``."""
         last = "no attempt"
         while True:
-            generation = self._commit_generation()
             stub = self._coordinator_stub() if self.ensure_coordinator(deadline_ms) else None
             if stub is not None:
                 try:
-                    response = stub.OffsetCommit(
-                        self._offset_commit_request(offsets, generation), timeout=self._request_timeout_s
-                    )
-                    code = self._commit_result(generation, response)
-                    if code == ErrorCode.NONE:
-                        return
-                    last = ErrorCode(code).name
+                    result, last = attempt(stub)
+                    if result is not None:
+                        return result
                 except grpc.RpcError as exc:
                     last = describe_rpc_error(exc)
                     with self.lock:
@@ -500,9 +496,24 @@ class GroupClient:
             if _now_ms() + self.config.retry_backoff_ms >= deadline_ms:
                 raise errors.error_for(
                     ErrorCode.REQUEST_TIMED_OUT,
-                    f"OffsetCommit for group {self.config.group_id!r} did not succeed in time (last: {last})",
+                    f"{api} for group {self.config.group_id!r} did not succeed in time (last: {last})",
                 )
             time.sleep(self.config.retry_backoff_ms / 1000)
+
+    def commit_sync(self, offsets: Mapping[TopicPartition, int], deadline_ms: int) -> None:
+        if not offsets:
+            return
+
+        def attempt(stub: Any) -> tuple[bool | None, str]:
+            generation = self._commit_generation()  # raises CommitFailedError when out of the group
+            request = self._offset_commit_request(offsets, generation)
+            code = self._commit_result(
+                generation, stub.OffsetCommit(request, timeout=self._request_timeout_s)
+            )
+            return (True, "") if code == ErrorCode.NONE else (None, ErrorCode(code).name)
+
+        self._commit_generation()
+        self._with_coordinator("OffsetCommit", attempt, deadline_ms)
 
     def commit_async(self, offsets: Mapping[TopicPartition, int]) -> Future:
         """Send one OffsetCommit; the future resolves to the offsets, or to the error (not retried)."""
@@ -555,25 +566,13 @@ class GroupClient:
             group_id=self.config.group_id,
             topics=[group_pb2.OffsetFetchTopic(name=t, partitions=ps) for t, ps in topics.items()],
         )
-        last = "no attempt"
-        while True:
-            stub = self._coordinator_stub() if self.ensure_coordinator(deadline_ms) else None
-            if stub is not None:
-                try:
-                    response = stub.OffsetFetch(request, timeout=self._request_timeout_s)
-                    result, last = self._offset_fetch_result(response, set(wanted))
-                    if result is not None:
-                        return result
-                except grpc.RpcError as exc:
-                    last = describe_rpc_error(exc)
-                    with self.lock:
-                        self.core.mark_coordinator_unknown()
-            if _now_ms() + self.config.retry_backoff_ms >= deadline_ms:
-                raise errors.error_for(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"OffsetFetch for group {self.config.group_id!r} did not succeed in time (last: {last})",
-                )
-            time.sleep(self.config.retry_backoff_ms / 1000)
+        return self._with_coordinator(
+            "OffsetFetch",
+            lambda stub: self._offset_fetch_result(
+                stub.OffsetFetch(request, timeout=self._request_timeout_s), set(wanted)
+            ),
+            deadline_ms,
+        )
 
     def _offset_fetch_result(
         self, response: group_pb2.OffsetFetchResponse, wanted: set[TopicPartition]
