@@ -347,7 +347,8 @@ class ConsumerCoordinator:
         name = self.generation.protocol_name
         assert name is not None, "a joined generation names its protocol"
         wanted = self.leader_topics()
-        self._assigned_counts = {t: c for t, c in counts.items() if t in wanted}
+        # A subscribed topic that does not exist yet counts 0: its creation then rebalances.
+        self._assigned_counts = {t: counts.get(t, 0) for t in wanted}
         return assign(name, self._assigned_counts, self.group_members)
 
     def on_sync_response(
@@ -366,7 +367,7 @@ class ConsumerCoordinator:
         self._join_prepared = False
         self.last_heartbeat_received_ms = self.next_heartbeat_ms = now_ms  # the session starts now
         self.last_poll_ms = now_ms  # a long join must not count against max.poll.interval.ms
-        own = {t: c for t, c in counts.items() if t in self.subscription}
+        own = {t: counts.get(t, 0) for t in self.subscription}
         # The leader watches every topic it assigned (compute_assignment), the others their own.
         self._assigned_counts = {**self._assigned_counts, **own} if self.is_leader_of_last_join() else own
         if assignment.error == NEED_REJOIN:

@@ -397,3 +397,16 @@ def test_async_commit_resolves_to_the_offsets_or_the_error(cluster: FakeCluster)
         with pytest.raises(CommitFailedError, match="UNKNOWN_MEMBER_ID"):
             failed.result(10)
         assert consumer.member_id() == "", "UNKNOWN_MEMBER_ID forgets the member id and rejoins"
+
+
+def test_a_subscribed_topic_created_later_is_assigned(cluster: FakeCluster) -> None:
+    """Kafka's metadata snapshot: the group forms with a topic that does not exist yet; its creation
+    (a partition count change from 0) makes the member rejoin and get its partitions."""
+    with Consumer(cluster.bootstrap, group_id=GROUP, auto_offset_reset="earliest", **FAST) as consumer:
+        consumer.subscribe(["later"])
+        consumer.poll(300)
+        assert consumer.assignment() == set() and consumer.generation_id() >= 1
+        cluster.create_topic("later", 2)
+        wait_for(
+            lambda: (consumer.poll(50), consumer.assignment() == tps(0, 1, topic="later"))[1], "assignment"
+        )
