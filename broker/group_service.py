@@ -66,6 +66,17 @@ def _optional(message: Any, name: str) -> str | None:
     return getattr(message, name) if message.HasField(name) else None
 
 
+def client_host(peer: str) -> str:
+    """gRPC's peer ``ipv4:127.0.0.1:5555`` / ``ipv6:[::1]:5555`` as Kafka shows a member's host:
+    ``/127.0.0.1``, ``/::1``; anything else unchanged."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4" and rest.count(":") == 1:
+        return "/" + rest.rsplit(":", 1)[0]
+    if kind == "ipv6" and rest.startswith("[") and "]" in rest:
+        return "/" + rest[1 : rest.index("]")]
+    return peer
+
+
 def fill(message: Any, obj: Any) -> Any:
     """Copy a response dataclass into its protobuf message (same field names; None = unset)."""
     for f in dataclasses.fields(obj):
@@ -368,7 +379,7 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
             request.protocol_type,
             tuple((p.name, p.metadata) for p in request.protocols),
             request.client_id,
-            context.peer() if context is not None else "",
+            client_host(context.peer() if context is not None else ""),
             request.reason,
         )
         response = await self.driver.call(

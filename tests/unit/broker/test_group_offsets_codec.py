@@ -18,7 +18,7 @@ from broker.group_metadata import (
     OffsetCommitRecord,
 )
 from broker.group_requests import OK, JoinGroupMember, JoinGroupResponse, error
-from broker.group_service import fill
+from broker.group_service import client_host, fill
 from broker.metrics import BrokerMetrics
 from broker.offsets_codec import (
     CorruptOffsetsRecordError,
@@ -123,3 +123,17 @@ def test_group_gauges_committed_offset_lag_and_states() -> None:
     unknown = (("group", GROUP), ("partition", "0"), ("topic", "unknown"))
     assert ("pykraft_consumer_group_lag", unknown) not in samples
     assert samples[("pykraft_consumer_groups", (("state", "Empty"),))] == 1
+
+
+@pytest.mark.parametrize(
+    ("peer", "host"),
+    [
+        ("ipv4:127.0.0.1:5555", "/127.0.0.1"),
+        ("ipv6:[::1]:5555", "/::1"),
+        ("unix:/tmp/s", "unix:/tmp/s"),
+        ("", ""),
+    ],
+    ids=["ipv4", "ipv6", "other", "empty"],
+)
+def test_client_host_as_kafka_shows_it(peer: str, host: str) -> None:
+    assert client_host(peer) == host
