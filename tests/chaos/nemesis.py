@@ -19,7 +19,8 @@ Each fault is an op ``fault`` (when injected) and an op ``heal`` (when healed), 
 ``{"kind", "nodes", "fault_s"}``. Kinds come in rounds (each once per round, in a seeded order).
 The seed fixes the kinds, durations and random choices; the *targets* depend on who leads at
 that moment, so two runs of a seed are alike, not identical.
-After each heal the nemesis waits (bounded) until every node is healthy, then stays quiet a moment.
+After each heal the nemesis waits (bounded) until every node is healthy, then stays quiet a moment —
+except with ``overlap``, where the next fault may hit a cluster still recovering from the last.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ KINDS = (
 )
 FAULT_S = (3.0, 6.0)  # every fault lasts longer than broker.session.timeout.ms (2 s)
 QUIET_S = (1.0, 3.0)
+OVERLAP_QUIET_S = (0.0, 1.0)
 RECOVER_TIMEOUT_S = 60.0
 
 
@@ -61,11 +63,14 @@ class Fault:
 
 class Nemesis(threading.Thread):
     def __init__(self, cluster: ChaosCluster, history: History, topic: str, seed: int,
-                 kinds: tuple[str, ...] = KINDS) -> None:  # fmt: skip
+                 kinds: tuple[str, ...] = KINDS, overlap: bool = False) -> None:  # fmt: skip
         super().__init__(name="chaos-nemesis", daemon=True)
         self.cluster, self.history, self.topic = cluster, history, topic
         self.rng = random.Random(seed)
         self.kinds = kinds
+        # overlap: the next fault does not wait for the cluster to recover (a restarted node may be
+        # killed again while it recovers its logs), and the quiet time between faults is shorter.
+        self.overlap = overlap
         self.stopping = threading.Event()
         self.error: BaseException | None = None
         self.admin = AdminClient(cluster.cluster.controller_addresses, timeout_s=20.0)
@@ -76,7 +81,7 @@ class Nemesis(threading.Thread):
     def run(self) -> None:
         try:
             order: list[str] = []
-            while not self.stopping.wait(self.rng.uniform(*QUIET_S)):
+            while not self.stopping.wait(self.rng.uniform(*(OVERLAP_QUIET_S if self.overlap else QUIET_S))):
                 order = order or self.rng.sample(self.kinds, len(self.kinds))  # each kind once per round
                 self.once(self.plan(order.pop()))
         except BaseException as exc:
@@ -132,7 +137,8 @@ class Nemesis(threading.Thread):
         start = self.history.now()
         heal(self.cluster, fault)
         self.history.add("nemesis", "heal", OK, start, value)
-        wait_recovered(self.cluster, self.stopping.is_set)
+        if not self.overlap:
+            wait_recovered(self.cluster, self.stopping.is_set)
 
 
 def apply(cluster: ChaosCluster, fault: Fault) -> None:

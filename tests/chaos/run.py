@@ -68,6 +68,7 @@ class RunConfig:
     overrides: dict[str, str] = field(default_factory=dict)
     admin_ops: bool = True
     min_faults: int = 0
+    overlap: bool = False  # faults do not wait for the cluster to recover from the previous one
     groups: bool = True  # consumers in a group (subscribe + commit), or on assigned partitions
     schedule: Schedule | None = None  # a scripted nemesis instead of the seeded one
 
@@ -182,7 +183,7 @@ def check_proxy_sees_nodes(cluster: ChaosCluster) -> None:
 
 def run_nemesis(cluster: ChaosCluster, history: History, config: RunConfig, admin: AdminWorker,
                 topic: TopicState, problems: list[str]) -> None:  # fmt: skip
-    nemesis = Nemesis(cluster, history, TOPIC, config.seed, config.kinds)
+    nemesis = Nemesis(cluster, history, TOPIC, config.seed, config.kinds, config.overlap)
     nemesis.start()
     start = time.monotonic()
     admin_plan = [(0.3, "create-topic", 1), (0.5, "add-partitions", 0), (0.7, "create-topic", 2)]
@@ -269,17 +270,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary directory")
     parser.add_argument("--history", type=Path, default=None, help="write the history here (JSON lines)")
     parser.add_argument("--write-results", action="store_true", help="write the table to bench/RESULTS.md")
+    parser.add_argument("--overlap", action="store_true",
+                        help="do not wait for the cluster to recover between faults (harsher)")
     parser.add_argument("--groups", action=argparse.BooleanOptionalAction, default=RunConfig.groups,
                         help="consumers in a group (subscribe, commit) or on assigned partitions")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
         data_dir = args.data_dir or Path(tmp)
-        config = RunConfig(duration_s=args.duration, seed=args.seed, groups=args.groups)
+        config = RunConfig(duration_s=args.duration, seed=args.seed, groups=args.groups, overlap=args.overlap)
         result = run_chaos(data_dir, config)
     if args.history:
         args.history.write_text("".join(op.to_json() + "\n" for op in result.history))
     consumers = "group consumers (subscribe, commit)" if args.groups else "assigned consumers"
-    title = f"{args.duration:.0f} s of faults, seed {args.seed}, {consumers} ({result.seconds:.0f} s in all)"
+    overlap = ", overlapping" if args.overlap else ""
+    title = (f"{args.duration:.0f} s of faults{overlap}, seed {args.seed}, {consumers} "
+             f"({result.seconds:.0f} s in all)")  # fmt: skip
     body = result.table(title)
     print(body)
     if not result.ok:
@@ -287,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_results:
         groups = "--groups" if args.groups else "--no-groups"
         command = f"--duration {args.duration:.0f} --seed {args.seed} {groups} --write-results"
+        command += " --overlap" if args.overlap else ""
         note = (f"Run with `.venv/bin/python -m tests.chaos.run {command}` on a shared 2-core machine "
                 f"({platform.python_version()}). What each row means: docs/chaos.md.\n\n")  # fmt: skip
         failed = "" if result.ok else "\n**FAILED**:\n\n```\n" + result.explain()[:3000] + "\n```\n"
