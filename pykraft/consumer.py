@@ -131,6 +131,7 @@ class _PartitionState:
     reset_to: str | None = None  # a pending seek_to_beginning/end
     retry_after_ms: int = 0
     awaiting_committed: bool = False  # newly assigned by the group: its committed offset comes first
+    consumed_epoch: int | None = None  # leader epoch of the last record poll returned (committed with it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +229,7 @@ class Consumer(GroupConsumerMixin):
             raise OffsetOutOfRangeError(f"seek({tp}, {offset}): offsets are >= 0")
         state = self._state(tp)
         state.position, state.last_fetched_epoch, state.reset_to = offset, None, None
+        state.consumed_epoch = None
         self._drop_buffered(tp)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -340,7 +342,16 @@ class Consumer(GroupConsumerMixin):
 
     def _take_buffered(self) -> list[ConsumerRecord]:
         count = min(len(self._buffer), self.max_poll_records)
-        return [self._buffer.popleft() for _ in range(count)]
+        records = [self._buffer.popleft() for _ in range(count)]
+        if self._group is not None:  # commits carry the epoch of the last consumed record (KIP-320)
+            seen: set[tuple[str, int]] = set()
+            for r in reversed(records):
+                if (r.topic, r.partition) not in seen:
+                    seen.add((r.topic, r.partition))
+                    state = self._states.get(TopicPartition(r.topic, r.partition))
+                    if state is not None:
+                        state.consumed_epoch = r.leader_epoch if r.leader_epoch != NO_EPOCH else None
+        return records
 
     def _resolve_positions(self) -> None:
         """ListOffsets for partitions without a position (or with a pending seek_to_*)."""

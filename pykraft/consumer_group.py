@@ -95,15 +95,17 @@ class GroupConsumerMixin:
         every assigned partition. Sync: returns when committed, raises ``CommitFailedError`` when the
         group rebalanced meanwhile. Async: returns a Future of the committed offsets."""
         group = self._require_group("commit()")
-        offsets = dict(self._consumed_offsets() if offsets is None else offsets)
+        consumed = self._consumed_offsets()
+        offsets = dict(consumed if offsets is None else offsets)
         for tp, offset in offsets.items():
             if offset < 0:
                 raise ValueError(f"commit(): offset {offset} of {tp} is negative")
+        # An offset at the consumed position goes with the epoch of the record before it (KIP-320).
+        epochs = self._consumed_epochs({tp: o for tp, o in offsets.items() if consumed.get(tp) == o})
         if asynchronous:
-            return group.commit_async(offsets)
-        group.commit_sync(
-            offsets, _now_ms() + (self.request_timeout_ms if timeout_ms is None else timeout_ms)
-        )
+            return group.commit_async(offsets, epochs)
+        deadline = _now_ms() + (self.request_timeout_ms if timeout_ms is None else timeout_ms)
+        group.commit_sync(offsets, deadline, epochs)
         return None
 
     def committed(
@@ -112,7 +114,9 @@ class GroupConsumerMixin:
         """The group's committed offset of each partition (None where nothing is committed)."""
         group = self._require_group("committed()")
         deadline = _now_ms() + (self.request_timeout_ms if timeout_ms is None else timeout_ms)
-        return group.fetch_committed(partitions, deadline)
+        return {
+            tp: (c.offset if c else None) for tp, c in group.fetch_committed(partitions, deadline).items()
+        }
 
     def member_id(self: Consumer) -> str:
         return self._group.core.generation.member_id if self._group is not None else ""
@@ -154,7 +158,7 @@ class GroupConsumerMixin:
         offsets = self._consumed_offsets()
         if not offsets:
             return
-        future = self._group.commit_async(offsets)
+        future = self._group.commit_async(offsets, self._consumed_epochs(offsets))
 
         def report(f: Future) -> None:
             error = f.exception()
@@ -176,13 +180,16 @@ class GroupConsumerMixin:
                 raise
             log.info("OffsetFetch failed (%s); retrying on the next poll", exc)
             return
-        for tp, offset in committed.items():
+        for tp, found in committed.items():
             state = self._states.get(tp)
             if state is None or not state.awaiting_committed:
                 continue
             state.awaiting_committed = False
-            if offset is not None and state.position is None and state.reset_to is None:
-                state.position, state.last_fetched_epoch = offset, None
+            if found is not None and state.position is None and state.reset_to is None:
+                # KIP-320: the first fetch carries the committed epoch, so a log truncated below the
+                # committed offset (unclean election) is detected instead of silently skipped.
+                epoch = found.leader_epoch if found.leader_epoch >= 0 else None
+                state.position, state.last_fetched_epoch, state.consumed_epoch = found.offset, epoch, epoch
 
     def _consumed_offsets(self: Consumer) -> dict[TopicPartition, int]:
         """Per assigned partition, the offset after the last record poll returned (Kafka's
@@ -197,11 +204,18 @@ class GroupConsumerMixin:
                 offsets[tp] = state.position
         return {tp: o for tp, o in offsets.items() if tp in self._states}
 
+    def _consumed_epochs(self: Consumer, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The leader epoch of the last record returned before each consumed position, where known."""
+        epochs = {tp: self._states[tp].consumed_epoch for tp in offsets if tp in self._states}
+        return {tp: epoch for tp, epoch in epochs.items() if epoch is not None}
+
     def _maybe_commit_before_revoke(self: Consumer, offsets: Mapping[TopicPartition, int]) -> None:
         if not self.enable_auto_commit or not offsets:
             return
         try:
-            self._group.commit_sync(offsets, _now_ms() + self.request_timeout_ms)
+            self._group.commit_sync(
+                offsets, _now_ms() + self.request_timeout_ms, self._consumed_epochs(offsets)
+            )
         except errors.KafkaError as exc:  # CommitFailedError included: another member may own them now
             log.warning("commit before revoking %d partition(s) failed: %s", len(offsets), exc)
 

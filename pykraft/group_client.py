@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 
@@ -53,6 +53,13 @@ log = logging.getLogger(__name__)
 NO_OFFSET = -1
 NO_EPOCH = -1
 FIND_COORDINATOR_TIMEOUT_S = 5.0
+
+
+class OffsetAndEpoch(NamedTuple):
+    """A committed offset and the leader epoch of the record before it (NO_EPOCH when unknown)."""
+
+    offset: int
+    leader_epoch: int
 
 
 # ---- the consumer protocol (proto/group.proto) ----------------------------------------------------
@@ -429,13 +436,18 @@ class GroupClient:
     # ---- offsets ------------------------------------------------------------------------------------
 
     def _offset_commit_request(
-        self, offsets: Mapping[TopicPartition, int], generation: Generation
+        self,
+        offsets: Mapping[TopicPartition, int],
+        generation: Generation,
+        epochs: Mapping[TopicPartition, int],
     ) -> group_pb2.OffsetCommitRequest:
         topics: dict[str, list[group_pb2.OffsetCommitPartition]] = {}
         for tp, offset in sorted(offsets.items(), key=lambda item: tp_key(item[0])):
             topics.setdefault(tp.topic, []).append(
                 group_pb2.OffsetCommitPartition(
-                    partition=tp.partition, committed_offset=offset, committed_leader_epoch=NO_EPOCH
+                    partition=tp.partition,
+                    committed_offset=offset,
+                    committed_leader_epoch=epochs.get(tp, NO_EPOCH),
                 )
             )
         request = group_pb2.OffsetCommitRequest(
@@ -500,13 +512,19 @@ class GroupClient:
                 )
             time.sleep(self.config.retry_backoff_ms / 1000)
 
-    def commit_sync(self, offsets: Mapping[TopicPartition, int], deadline_ms: int) -> None:
+    def commit_sync(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        deadline_ms: int,
+        epochs: Mapping[TopicPartition, int] | None = None,
+    ) -> None:
+        """Commit ``offsets`` (with the leader ``epochs`` of the records before them, where known)."""
         if not offsets:
             return
 
         def attempt(stub: Any) -> tuple[bool | None, str]:
             generation = self._commit_generation()  # raises CommitFailedError when out of the group
-            request = self._offset_commit_request(offsets, generation)
+            request = self._offset_commit_request(offsets, generation, epochs or {})
             code = self._commit_result(
                 generation, stub.OffsetCommit(request, timeout=self._request_timeout_s)
             )
@@ -515,7 +533,9 @@ class GroupClient:
         self._commit_generation()
         self._with_coordinator("OffsetCommit", attempt, deadline_ms)
 
-    def commit_async(self, offsets: Mapping[TopicPartition, int]) -> Future:
+    def commit_async(
+        self, offsets: Mapping[TopicPartition, int], epochs: Mapping[TopicPartition, int] | None = None
+    ) -> Future:
         """Send one OffsetCommit; the future resolves to the offsets, or to the error (not retried)."""
         future: Future = Future()
         try:
@@ -532,7 +552,7 @@ class GroupClient:
             future.set_result(dict(offsets))
             return future
         call = stub.OffsetCommit.future(
-            self._offset_commit_request(offsets, generation), timeout=self._request_timeout_s
+            self._offset_commit_request(offsets, generation, epochs or {}), timeout=self._request_timeout_s
         )
 
         def done(call: grpc.Future) -> None:
@@ -554,8 +574,9 @@ class GroupClient:
 
     def fetch_committed(
         self, partitions: Iterable[TopicPartition], deadline_ms: int
-    ) -> dict[TopicPartition, int | None]:
-        """OffsetFetch: the committed offset of each partition (None when nothing is committed)."""
+    ) -> dict[TopicPartition, OffsetAndEpoch | None]:
+        """OffsetFetch: the committed offset (and leader epoch) of each partition (None when nothing is
+        committed)."""
         wanted = sorted(set(partitions), key=tp_key)
         if not wanted:
             return {}
@@ -576,7 +597,7 @@ class GroupClient:
 
     def _offset_fetch_result(
         self, response: group_pb2.OffsetFetchResponse, wanted: set[TopicPartition]
-    ) -> tuple[dict[TopicPartition, int | None] | None, str]:
+    ) -> tuple[dict[TopicPartition, OffsetAndEpoch | None] | None, str]:
         codes = [(response.error.code, response.error.message)] + [
             (p.error.code, p.error.message) for t in response.topics for p in t.partitions
         ]
@@ -589,12 +610,12 @@ class GroupClient:
             if not errors.is_retriable(code):
                 raise errors.error_for(code, f"OffsetFetch for group {self.config.group_id!r}: {message}")
             return None, f"{ErrorCode(code).name} {message}"
-        result: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+        result: dict[TopicPartition, OffsetAndEpoch | None] = dict.fromkeys(wanted)
         for t in response.topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition)
-                if tp in wanted:
-                    result[tp] = None if p.committed_offset == NO_OFFSET else p.committed_offset
+                if tp in wanted and p.committed_offset != NO_OFFSET:
+                    result[tp] = OffsetAndEpoch(p.committed_offset, p.committed_leader_epoch)
         return result, ""
 
     # ---- lifecycle ----------------------------------------------------------------------------------

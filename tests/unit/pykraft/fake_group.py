@@ -69,6 +69,7 @@ class FakeGroupCoordinator(group_pb2_grpc.GroupServiceServicer):
         self.join_timeout_s = join_timeout_s
         self.groups: dict[str, FakeGroup] = {}
         self.offsets: dict[tuple[str, str, int], int] = {}
+        self.epochs: dict[tuple[str, str, int], int] = {}  # committed leader epochs
         self.injected: dict[str, list[int]] = {}
         self.calls: list[tuple[str, str]] = []  # (api, member id)
         self._ids = itertools.count(1)
@@ -357,6 +358,7 @@ class _NodeServicer(group_pb2_grpc.GroupServiceServicer):
                 for p in t.partitions:
                     if code == ErrorCode.NONE:
                         f.offsets[(request.group_id, t.name, p.partition)] = p.committed_offset
+                        f.epochs[(request.group_id, t.name, p.partition)] = p.committed_leader_epoch
                     parts.append(
                         group_pb2.OffsetCommitPartitionResponse(partition=p.partition, error=_error(code))
                     )
@@ -374,7 +376,7 @@ class _NodeServicer(group_pb2_grpc.GroupServiceServicer):
                 parts = [
                     group_pb2.OffsetFetchPartitionResponse(
                         partition=p, committed_offset=f.offsets.get((request.group_id, t.name, p), -1),
-                        committed_leader_epoch=-1,
+                        committed_leader_epoch=f.epochs.get((request.group_id, t.name, p), -1),
                     )
                     for p in t.partitions
                 ]  # fmt: skip

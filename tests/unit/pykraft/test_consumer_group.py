@@ -410,3 +410,31 @@ def test_a_subscribed_topic_created_later_is_assigned(cluster: FakeCluster) -> N
         wait_for(
             lambda: (consumer.poll(50), consumer.assignment() == tps(0, 1, topic="later"))[1], "assignment"
         )
+
+
+def test_commits_carry_the_leader_epoch_and_resume_with_it(cluster: FakeCluster) -> None:
+    """KIP-320: a commit carries the leader epoch of the last consumed record; a member resuming from
+    it fetches with that epoch as its last fetched epoch (so a truncated log would be detected)."""
+    cluster.move_leader(TOPIC, 0, 102)  # leader epoch 1
+    produce(cluster, 2, partitions=1)
+    with Consumer(cluster.bootstrap, group_id=GROUP, auto_offset_reset="earliest", enable_auto_commit=False,
+                  max_poll_records=1, **FAST) as consumer:  # fmt: skip
+        consumer.subscribe([TOPIC])
+        (record,) = poll_until(consumer, lambda r: len(r) >= 1, "a record")
+        assert record.leader_epoch == 1
+        consumer.commit()
+        consumer.commit({TopicPartition(TOPIC, 1): 0})  # not a consumed position: no epoch
+    assert cluster.group.offsets[(GROUP, TOPIC, 0)] == 1 and cluster.group.epochs[(GROUP, TOPIC, 0)] == 1
+    assert cluster.group.epochs[(GROUP, TOPIC, 1)] == -1
+    with Consumer(cluster.bootstrap, group_id=GROUP, enable_auto_commit=False, **FAST) as resumed:
+        resumed.subscribe([TOPIC])
+        (again,) = poll_until(resumed, lambda r: len(r) >= 1, "the next record")
+        assert (again.offset, again.leader_epoch) == (1, 1)
+    # The committed epoch is sent: a commit made under epoch 0, which the log no longer holds (the
+    # leader of epoch 1 wrote offset 0 afresh), is detected as a truncation on resume.
+    cluster.group.epochs[(GROUP, TOPIC, 0)] = 0
+    with Consumer(cluster.bootstrap, group_id=GROUP, enable_auto_commit=False, **FAST) as resumed:
+        resumed.subscribe([TOPIC])
+        records = poll_until(resumed, lambda r: len(r) >= 2, "the records again from the divergence")
+        assert [r.offset for r in records] == [0, 1]
+        assert [(t.position, t.divergent_offset) for t in resumed.truncations] == [(1, 0)]
