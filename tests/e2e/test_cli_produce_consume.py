@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster
+from tests.integration.broker.broker_cluster import BrokerCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -21,10 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    with running_cluster(Path(tmp_path_factory.mktemp("cli-client"))) as bc:
-        yield bc
+@pytest.fixture
+def cluster(e2e_cluster: BrokerCluster) -> BrokerCluster:
+    return e2e_cluster
 
 
 def pykraft(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:

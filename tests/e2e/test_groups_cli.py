@@ -13,28 +13,25 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
+from tests.integration.broker.broker_cluster import BrokerCluster, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60
 TOPIC = "billing-events"
-GROUP = "billing"
+GROUP = "billing-cli"
 RECORDS = 30
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    overrides = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
-    with running_cluster(Path(tmp_path_factory.mktemp("groups-cli")), **overrides) as bc:
-        bc.create_topic(TOPIC, partitions=3, min_insync_replicas="2")
-        yield bc
+def cluster(e2e_cluster: BrokerCluster) -> BrokerCluster:
+    e2e_cluster.create_topic(TOPIC, partitions=3, min_insync_replicas="2")
+    return e2e_cluster
 
 
 def pykraft(cluster: BrokerCluster, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
