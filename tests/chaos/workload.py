@@ -20,6 +20,7 @@ Every wait is bounded; ``stop()`` then ``join()`` ends the threads.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -207,18 +208,29 @@ class GroupConsumerWorker(Worker):
     them in the checker); each non-empty poll is followed by a synchronous ``commit`` of the offsets
     after the records it returned (``fail`` when the group rebalanced meanwhile — nothing was
     committed; ``info`` on other errors), and every ``COMMITTED_EVERY`` polls by a ``committed`` op
-    (OffsetFetch) of the assigned partitions.
+    (OffsetFetch) of the assigned partitions. Every ``RESTART_S`` (seeded) the member closes (leaving
+    the group) and a new one joins in its place — a ``restart`` op — so rebalances and resuming from
+    committed offsets happen often.
     """
 
     GROUP = "chaos-group"
+    RESTART_S = (20.0, 40.0)
 
     def __init__(self, index: int, history: History, bootstrap: str, topic: TopicState) -> None:
         super().__init__(f"consumer-{index}", history)
         self.bootstrap, self.topic = bootstrap, topic
         self.polled = 0
         self.consumer: Consumer | None = None
+        self.rng = random.Random(index)
 
     def work(self) -> None:
+        while not self.stopping.is_set():
+            start = self.history.now()
+            self.member(time.monotonic() + self.rng.uniform(*self.RESTART_S))
+            self.history.add(self.process, "restart", OK, start, {"group": self.GROUP})
+
+    def member(self, until: float) -> None:
+        """One group member, polling until ``until`` (or the stop)."""
         self.consumer = Consumer(
             self.bootstrap, group_id=self.GROUP, auto_offset_reset="earliest", enable_auto_commit=False,
             session_timeout_ms=6000, heartbeat_interval_ms=1000, max_poll_interval_ms=60_000,
@@ -227,7 +239,7 @@ class GroupConsumerWorker(Worker):
         with self.consumer as consumer:
             consumer.subscribe([self.topic.name], on_assign=self.on_assign, on_revoke=self.on_revoke)
             polls = 0
-            while not self.stopping.is_set():
+            while not self.stopping.is_set() and time.monotonic() < until:
                 start = self.history.now()
                 try:
                     records = consumer.poll(POLL_MS)
