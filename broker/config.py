@@ -61,6 +61,7 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "group.max.size": ("group_max_size", 1),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", -1),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 14),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", 1),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0),
     # KIP-854: idle producers' dedup state is dropped after this long (broker.producer_state).
@@ -136,6 +137,9 @@ class BrokerSettings:
     group_max_size: int = 2**31 - 1
     offsets_topic_num_partitions: int = 10  # Kafka: 50; fewer suit small clusters
     offsets_topic_replication_factor: int = -1  # -1: min(3, live brokers)
+    # Kafka's default: small segments so that the cleaner can compact the offsets topic (it never
+    # touches the active segment).
+    offsets_topic_segment_bytes: int = 104_857_600
     offsets_commit_timeout_ms: int = 5_000
     offset_metadata_max_bytes: int = 4_096
     # Broker defaults of topic configs, as strings (Kafka's names), e.g. {"min.insync.replicas": "2"}.

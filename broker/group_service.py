@@ -15,7 +15,8 @@ The driver (``GroupDriver``) does the coordinator's I/O on the broker's event lo
 
 FindCoordinator creates ``__consumer_offsets`` on first use through the controllers
 (``offsets.topic.num.partitions``, ``offsets.topic.replication.factor`` or min(3, live brokers),
-``cleanup.policy=compact``) and names the leader of ``partition_for(group)``.
+``cleanup.policy=compact``, ``segment.bytes`` = ``offsets.topic.segment.bytes`` so segments roll and
+get compacted) and names the leader of ``partition_for(group)``.
 """
 
 from __future__ import annotations
@@ -296,12 +297,14 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
         forward_admin: CreateTopics,
         offsets_topic_num_partitions: int,
         offsets_topic_replication_factor: int,
+        offsets_topic_segment_bytes: int = 104_857_600,
     ) -> None:
         self.driver = driver
         self.core = driver.core
         self.forward_admin = forward_admin
         self.num_partitions = offsets_topic_num_partitions
         self.replication_factor = offsets_topic_replication_factor
+        self.topic_configs = {**COMPACT, "segment.bytes": str(offsets_topic_segment_bytes)}
 
     # ---- FindCoordinator ----------------------------------------------------------------------------
 
@@ -350,7 +353,7 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
                     name=OFFSETS_TOPIC,
                     num_partitions=self.num_partitions,
                     replication_factor=replication,
-                    configs=COMPACT,
+                    configs=self.topic_configs,
                 )
             ]
         )

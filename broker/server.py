@@ -234,6 +234,7 @@ class BrokerNode:
             GroupServicer(
                 self.groups, self.forward_admin, self.config.settings.offsets_topic_num_partitions,
                 self.config.settings.offsets_topic_replication_factor,
+                self.config.settings.offsets_topic_segment_bytes,
             ),
             self.server,
         )  # fmt: skip

@@ -118,6 +118,7 @@ BROKER_KEYS = frozenset(
         "group.max.size",
         "offsets.topic.num.partitions",
         "offsets.topic.replication.factor",
+        "offsets.topic.segment.bytes",
         "offsets.commit.timeout.ms",
         "offset.metadata.max.bytes",
         "producer.id.expiration.ms",
