@@ -69,7 +69,10 @@ def validate_batches(
     size = len(data)
     if not size:
         raise errors.CorruptMessageError(f"{name}: an append needs at least one batch")
-    if size > config.segment_bytes:
+    # A follower copies what the leader accepted: size limits are the leader's to enforce (Kafka's
+    # appendAsFollower ignores the record size). Checking them here would stop replication for good
+    # after max.message.bytes or segment.bytes is lowered on a topic that holds larger batches.
+    if size > config.segment_bytes and not replicated:
         raise errors.RecordListTooLargeError(
             f"{name}: {size} bytes of batches exceed segment.bytes={config.segment_bytes}"
         )
@@ -88,7 +91,7 @@ def validate_batches(
 
 
 def _check_batch(position: int, header: BatchHeader, config: LogConfig, replicated: bool) -> None:
-    if header.size_in_bytes > config.max_message_bytes:
+    if header.size_in_bytes > config.max_message_bytes and not replicated:
         raise errors.MessageTooLargeError(
             f"batch at byte {position} is {header.size_in_bytes} bytes, over max.message.bytes="
             f"{config.max_message_bytes}; send smaller batches or raise the topic's setting"

@@ -177,6 +177,29 @@ def test_follower_append_keeps_leader_offsets(open_log, batches, error, epochs) 
     assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == epochs
 
 
+def test_follower_copies_batches_over_the_size_limits_the_leader_accepted(open_log) -> None:
+    """Kafka's appendAsFollower ignores the record size: a topic whose max.message.bytes or
+    segment.bytes was lowered after larger batches were written must still replicate them (the
+    leader checks sizes; a follower refusing would drop out of the ISR for good)."""
+    small = LogConfig(max_message_bytes=200, segment_bytes=1024)
+    big = follower_batch(0, 40, 1)  # one batch over max.message.bytes
+    assert len(big) > small.max_message_bytes
+    chunk = b"".join(follower_batch(40 + 40 * i, 40, 1) for i in range(3))  # a fetch over segment.bytes
+    assert len(chunk) > small.segment_bytes
+    log = open_log(small)
+    log.append_as_follower(big)
+    log.append_as_follower(chunk)
+    assert log.log_end_offset == 160
+    read, offset = [], 0
+    while offset < log.log_end_offset:  # a read stops at a segment's end
+        read += batch_offsets(log.read(offset, 1 << 20))
+        offset = read[-1][1] + 1
+    assert read == [(0, 39), (40, 79), (80, 119), (120, 159)]
+    with pytest.raises(errors.MessageTooLargeError, match=r"max\.message\.bytes=200"):
+        log.append_as_leader(make_batch(40), 1)  # a leader still refuses it
+    assert log.log_end_offset == 160
+
+
 # -------------------------------------------------------------------------------------------- read
 
 
