@@ -7,6 +7,7 @@ Fault kinds (``KINDS``); targets are chosen when the fault starts, from the clus
 | ``kill-leader`` | SIGKILL the leader of a random partition | restart it |
 | ``kill-controller`` | SIGKILL the active controller | restart it |
 | ``kill-leader-and-controller`` | both at once | restart both |
+| ``kill-coordinator`` | SIGKILL the broker coordinating the consumer group | restart it |
 | ``kill-two-brokers`` | SIGKILL a leader and another broker at once (KIP-101's 2nd case) | restart both |
 | ``pause-leader`` | SIGSTOP a partition leader longer than the session timeout | SIGCONT |
 | ``pause-controller`` | SIGSTOP the active controller | SIGCONT |
@@ -32,14 +33,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pykraft.admin import AdminClient
+from pykraft.group_admin import GroupAdmin
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import OK, History
+from tests.chaos.workload import GROUP
 
 KINDS = (
     "kill-leader",
     "kill-controller",
     "kill-leader-and-controller",
     "kill-two-brokers",
+    "kill-coordinator",
     "pause-leader",
     "pause-controller",
     "isolate-leader",
@@ -97,6 +101,15 @@ class Nemesis(threading.Thread):
         brokers = self.cluster.names("broker")
         return f"broker-{self.rng.choice(leaders)}" if leaders else self.rng.choice(brokers)
 
+    def coordinator(self) -> str:
+        """The group coordinator's broker (a partition leader when there is no group yet)."""
+        try:
+            with GroupAdmin(self.cluster.bootstrap, timeout_s=5.0) as groups:
+                node_id, _ = groups.find_coordinator(GROUP, refresh=True)
+        except Exception:
+            return self.leader()
+        return f"broker-{node_id}"
+
     def controller(self) -> str:
         leader = self.admin.describe_quorum().leader_id
         return f"controller-{leader}" if leader > 0 else self.rng.choice(self.cluster.names("controller"))
@@ -106,6 +119,8 @@ class Nemesis(threading.Thread):
         others = self.cluster.names()
         if kind in ("kill-leader", "pause-leader"):
             return Fault(kind, (self.leader(),), fault_s)
+        if kind == "kill-coordinator":
+            return Fault(kind, (self.coordinator(),), fault_s)
         if kind in ("kill-controller", "pause-controller"):
             return Fault(kind, (self.controller(),), fault_s)
         if kind == "kill-leader-and-controller":

@@ -22,7 +22,7 @@ from tests.chaos.run import RunConfig, run_chaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CI_DURATION_S = 60.0  # then on until one round of the ten fault kinds is done: ~2.5 min in all
+CI_DURATION_S = 60.0  # then on until one round of the eleven fault kinds is done: ~2.5 min in all
 CI_SEED = 10
 
 

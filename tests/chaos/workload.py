@@ -36,6 +36,7 @@ OUTSTANDING_PER_PARTITION = 8
 CLOSE_TIMEOUT_S = 20.0
 POLL_MS = 300
 COMMITTED_EVERY = 10
+GROUP = "chaos-group"
 REPLACE_AFTER_S = 2.0
 ADMIN_ATTEMPTS = 10
 ADMIN_RETRY_S = 2.0
@@ -213,7 +214,7 @@ class GroupConsumerWorker(Worker):
     committed offsets happen often.
     """
 
-    GROUP = "chaos-group"
+    GROUP = GROUP
     RESTART_S = (20.0, 40.0)
 
     def __init__(self, index: int, history: History, bootstrap: str, topic: TopicState) -> None:
