@@ -50,7 +50,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "bench" / "RESULTS.md"
 FINAL_READ_TIMEOUT_S = 90.0
 JOIN_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 60.0
-MAX_DURATION_FACTOR = 2.0
+MAX_DURATION_FACTOR = 2.5
 TopicAlreadyExistsError = errors.exception_class(ErrorCode.TOPIC_ALREADY_EXISTS)
 Schedule = Callable[[ChaosCluster, History, str, Callable[[], int]], None]
 
@@ -286,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     title = (f"{args.duration:.0f} s of faults{overlap}, seed {args.seed}, {consumers} "
              f"({result.seconds:.0f} s in all)")  # fmt: skip
     body = result.table(title)
+    for op in result.history:  # the fault log, with timestamps (seconds since the run started)
+        if op.process == "nemesis":
+            print(f"{op.start_s:8.2f} s  {op.f:5}  {op.value['kind']:28} {' '.join(op.value['nodes'])}")
     print(body)
     if not result.ok:
         print(result.explain(), file=sys.stderr)
