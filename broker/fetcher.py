@@ -279,6 +279,12 @@ class ReplicaFetcher:
         # Ahead of the leader's log end with no epoch to compare: keep only what the leader has.
         return TruncateTo(tp, fetched.log_end_offset, "fetch offset beyond the leader's log end offset")
 
+    def back_off(self, tp: TopicPartitionKey, now_ms: int) -> None:
+        """The driver could not apply the leader's answer for ``tp`` (e.g. a storage error): fetch it
+        again only after ``fetch_backoff_ms`` — the leader would answer the same at once, and a hot
+        retry loop burns both brokers' CPU (Kafka's delayPartitions)."""
+        self._delay(tp, now_ms)
+
     def _delay(self, tp: TopicPartitionKey, now_ms: int) -> None:
         state = self._states.get(tp)
         if state is not None:

@@ -144,13 +144,18 @@ class FetcherDriver:
         )
         for action in actions:
             tp = action.topic_partition
+            failed = False
             try:
                 self.manager.apply_fetch_action(action)
             except errors.KafkaError as exc:
-                log.warning("%s-%d: cannot apply the leader's answer (refetching): %s", *tp, exc)
+                failed = True
+                log.warning("%s-%d: cannot apply the leader's answer (refetching after a back-off): %s",
+                            *tp, exc)
             position = self.manager.log_position(tp)
             if position is not None:
                 self.fetcher.update_position(tp, *position)
+            if failed:
+                self.fetcher.back_off(tp, monotonic_ms())
 
     async def _exchange(
         self, stub: replica_pb2_grpc.ReplicaServiceStub, request: replica_pb2.ReplicaFetchRequest

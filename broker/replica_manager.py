@@ -206,6 +206,7 @@ class FetchRequestPartition:
     max_bytes: int
     current_leader_epoch: int | None
     last_fetched_epoch: int | None
+    topic_id: str = ""  # a follower's: the incarnation of the topic it replicates ("" = not given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -769,6 +770,16 @@ class ReplicaManager:
         error = self._check_hosted(tp)
         if error is not None:
             return FetchResult(error.code, error.message, leader_id=self._leader_of(tp)[0])
+        if item.topic_id and item.topic_id != self.topic_ids.get(tp[0]):
+            # KIP-516: a follower still replicating a deleted incarnation of a re-created topic must not
+            # count toward the new one's HW (its LEO is of another log); it backs off until its
+            # metadata catches up, then truncates to the new incarnation.
+            return FetchResult(
+                ErrorCode.INCONSISTENT_TOPIC_ID,
+                f"{tp[0]}: the follower fetched topic id {item.topic_id}, this leader hosts "
+                f"{self.topic_ids.get(tp[0])}; the topic was re-created (retry after a metadata update)",
+                leader_id=self._leader_of(tp)[0],
+            )
         partition, plog = self.partitions[tp], self.logs[tp]
         result = partition.handle_follower_fetch(
             replica_id, item.fetch_offset, item.last_fetched_epoch,

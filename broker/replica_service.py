@@ -58,6 +58,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                 p.partition_max_bytes,
                 p.current_leader_epoch,
                 p.last_fetched_epoch if p.HasField("last_fetched_epoch") else None,
+                topic.topic_id,
             )
             for topic in request.topics
             for p in topic.partitions

@@ -135,8 +135,10 @@ class Harness:
         plan = fetcher.build_request(self.now_ms)
         assert plan is not None
         answers: dict = {}
+        topic_ids = self.managers[follower_id].topic_ids  # as the fetcher driver sends them
         items = [FetchRequestPartition(p.topic_partition, p.fetch_offset, 1 << 20, p.current_leader_epoch,
-                                       p.last_fetched_epoch) for p in plan.partitions]  # fmt: skip
+                                       p.last_fetched_epoch, topic_ids.get(p.topic_partition[0], ""))
+                 for p in plan.partitions]  # fmt: skip
         self.managers[leader_id].fetch_for_follower(
             follower_id,
             plan.broker_epoch,
