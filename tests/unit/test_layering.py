@@ -30,6 +30,11 @@ CORE_MODULES = [
     "broker/partition.py",
     "broker/producer_state.py",
     "storage/compaction.py",
+    "broker/group_coordinator.py",
+    "broker/group_manager.py",
+    "broker/group_metadata.py",
+    "pykraft/assignors.py",
+    "pykraft/consumer_coordinator.py",
     "metadata/controller.py",
     "metadata/image.py",
 ]
