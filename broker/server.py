@@ -73,7 +73,7 @@ from proto import (
 from proto.errors import ErrorCode
 from proto.logfmt import configure_logging, log_event
 from proto.metrics import MetricsEndpoint, serve_metrics
-from proto.serving import GRPC_OPTIONS, add_standard_services
+from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ RETRY_BACKOFF_S = 0.1
 CONTROLLER_CALL_TIMEOUT_S = 5.0
 REREGISTER_CODES = (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED)
 SHUTDOWN_HEARTBEAT_S = 0.05
+STOP_DEADLINE_S = 15.0  # after the controlled shutdown's own timeout (start_shutdown_watchdog)
 
 
 def monotonic_ms() -> int:
@@ -571,7 +572,12 @@ async def serve(config: BrokerConfig) -> None:
         raise BrokerFailedError("a broker task failed (see the log above)")
     failing.cancel()
     log_event(log, logging.INFO, "controlled_shutdown")
+    # Every step below is bounded; a stop past this deadline is a bug: exit naming the step, not hang.
+    step = ["controlled shutdown"]
+    deadline_s = config.settings.controlled_shutdown_timeout_ms / 1000 + STOP_DEADLINE_S
+    start_shutdown_watchdog(deadline_s, lambda: step[0])
     await node.controlled_shutdown()
+    step[0] = "stop"
     await node.stop()
 
 

@@ -36,7 +36,6 @@ import os
 import random
 import signal
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +50,7 @@ from metadata.state_machine import MetadataStateMachine
 from proto import admin_pb2_grpc, controller_pb2_grpc
 from proto.logfmt import configure_logging, log_event
 from proto.metrics import METRICS_OFF, MetricsEndpoint, serve_metrics
-from proto.serving import GRPC_OPTIONS, add_standard_services
+from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
 from proto.settings import (
     ADVERTISED_LISTENERS,
     IDENTITY_FLAGS,
@@ -69,7 +68,6 @@ from raft.store import RaftStoreCorruptError
 log = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
-EXIT_STUCK = 3  # the shutdown watchdog fired (see start_shutdown_watchdog)
 SERVER_STOP_GRACE_S = 0.5
 IDENTITY_CONVERTERS = {"node_id": int, "listen": listen_address, "voters": str, "data_dir": one_dir}
 REQUIRED_FLAGS = ("node_id", "listen", "voters", "data_dir")
@@ -312,21 +310,6 @@ class ControllerNode:
         self.stopping_step = "event loop cleanup"
 
 
-def start_shutdown_watchdog(node: ControllerNode, deadline_s: float) -> threading.Timer:
-    """Last resort: every step of ``stop()`` is bounded, so a stop still running after ``deadline_s``
-    is a bug; exit with EXIT_STUCK and a log line naming the step instead of waiting for SIGKILL."""
-
-    def fire() -> None:
-        log_event(log, logging.CRITICAL, "shutdown_stuck", step=node.stopping_step, deadline_s=deadline_s)
-        logging.shutdown()
-        os._exit(EXIT_STUCK)
-
-    timer = threading.Timer(deadline_s, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
 async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -343,7 +326,9 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
     await stop.wait()
     log_event(log, logging.INFO, "shutdown", leader=node.driver.is_leader)
     # Covers stop() and asyncio.run's own clean-up of leftover tasks; a daemon thread, gone at exit.
-    start_shutdown_watchdog(node, SHUTDOWN_DEADLINE_S + 2 * settings.election_timeout_ms / 1000)
+    start_shutdown_watchdog(
+        SHUTDOWN_DEADLINE_S + 2 * settings.election_timeout_ms / 1000, lambda: node.stopping_step
+    )
     await node.stop()
 
 

@@ -4,14 +4,25 @@
 service (so load balancers, ``grpcurl`` and ``pykraft cluster status`` can probe a node) and server
 reflection. The returned ``Health`` handle flips serving state, e.g. NOT_SERVING during shutdown.
 ``GRPC_OPTIONS`` raises the default 4 MiB message limits for large produce/fetch/append messages.
+
+``start_shutdown_watchdog`` bounds a process's stop: every step of a graceful stop is bounded, so one
+still running after its deadline is a bug; the process then logs ``event=shutdown_stuck`` naming the
+step and exits with ``EXIT_STUCK`` instead of waiting for SIGKILL.
 """
 
 from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
+
+from proto.logfmt import log_event
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 GRPC_OPTIONS: list[tuple[str, int]] = [
@@ -19,6 +30,9 @@ GRPC_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
 OVERALL = ""  # the health service's name for "the whole server"
+EXIT_STUCK = 3  # the shutdown watchdog fired
+
+log = logging.getLogger(__name__)
 
 
 class Health:
@@ -57,3 +71,19 @@ def check_health(target: str, timeout_s: float = 1.0, service: str = OVERALL) ->
         except grpc.RpcError:
             return False
     return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def start_shutdown_watchdog(deadline_s: float, step: Callable[[], str]) -> threading.Timer:
+    """After ``deadline_s``, log ``shutdown_stuck`` with ``step()`` (what the stop is doing) and exit
+    the process with ``EXIT_STUCK``. A daemon timer: it covers asyncio.run's own clean-up too, and
+    is gone when the process exits normally."""
+
+    def fire() -> None:
+        log_event(log, logging.CRITICAL, "shutdown_stuck", step=step(), deadline_s=deadline_s)
+        logging.shutdown()
+        os._exit(EXIT_STUCK)
+
+    timer = threading.Timer(deadline_s, fire)
+    timer.daemon = True
+    timer.start()
+    return timer

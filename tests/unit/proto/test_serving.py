@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import grpc
 
@@ -32,3 +35,20 @@ def test_health_probe_follows_serving_state() -> None:
 
 def test_probe_of_closed_port_is_false() -> None:
     assert serving.check_health("127.0.0.1:1", timeout_s=0.3) is False
+
+
+def test_shutdown_watchdog_exits_a_stuck_process_naming_the_step() -> None:
+    """A stop still running at the deadline ends the process with EXIT_STUCK and one log line."""
+    code = (
+        "import time\n"
+        "from proto.logfmt import configure_logging\n"
+        "from proto.serving import start_shutdown_watchdog\n"
+        "configure_logging('INFO', 1, 'controller')\n"
+        "start_shutdown_watchdog(0.2, lambda: 'raft driver')\n"
+        "time.sleep(30)\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20, cwd=root,
+                          check=False)  # fmt: skip
+    assert done.returncode == serving.EXIT_STUCK, done.stderr
+    assert 'event=shutdown_stuck step="raft driver"' in done.stderr, done.stderr
