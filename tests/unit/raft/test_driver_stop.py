@@ -24,13 +24,15 @@ YIELDS = range(6)  # loop iterations between the wake-up and the cancel
 STOP_BOUND_S = 2.0
 
 
-async def cancel_after_wakeup(task: asyncio.Task, wakeup: asyncio.Event, yields: int) -> bool:
+async def cancel_after_wakeup(
+    task: asyncio.Task, wakeup: asyncio.Event, yields: int, bound_s: float = STOP_BOUND_S
+) -> bool:
     """Set ``wakeup``, let ``yields`` loop iterations pass, cancel ``task``: True if it then ended."""
     wakeup.set()
     for _ in range(yields):
         await asyncio.sleep(0)
     task.cancel()
-    await asyncio.wait({task}, timeout=STOP_BOUND_S)
+    await asyncio.wait({task}, timeout=bound_s)
     return task.done()
 
 
@@ -50,7 +52,7 @@ def test_wait_for_swallows_a_cancel_that_races_its_future() -> None:
             wakeup = asyncio.Event()
             task = asyncio.create_task(old_loop(wakeup))
             await asyncio.sleep(0)
-            ended.append(await cancel_after_wakeup(task, wakeup, yields))
+            ended.append(await cancel_after_wakeup(task, wakeup, yields, bound_s=0.3))
             while not task.done():  # clean up: cancel until it takes
                 task.cancel()
                 await asyncio.wait({task}, timeout=0.1)
