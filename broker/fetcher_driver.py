@@ -149,8 +149,9 @@ class FetcherDriver:
                 self.manager.apply_fetch_action(action)
             except errors.KafkaError as exc:
                 failed = True
-                log.warning("%s-%d: cannot apply the leader's answer (refetching after a back-off): %s",
-                            *tp, exc)
+                log.warning(
+                    "%s-%d: cannot apply the leader's answer (refetching after a back-off): %s", *tp, exc
+                )
             position = self.manager.log_position(tp)
             if position is not None:
                 self.fetcher.update_position(tp, *position)
