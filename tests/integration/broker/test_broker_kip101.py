@@ -27,7 +27,7 @@ from broker_cluster import FAST_OVERRIDES, BrokerCluster, read_log_file, running
 
 from proto.errors import ErrorCode
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC = "kip101-restart"
 A, B = 101, 102  # assignment order: A leads first
