@@ -5,18 +5,27 @@ a Spark scan of a topic is bounded by that. Here only one thing is done per reco
 finding where each record starts, which is inherently sequential because each record begins with
 its own length — and every field is then decoded for all records at once with ``pyarrow.compute``:
 
-1. every wanted batch is CRC-checked (``validate_batch``) and its records region decompressed
-   (``storage.compression``); the regions are joined into one buffer;
+1. every wanted batch is CRC-checked (``validate_batch``); uncompressed records regions are used
+   where they lie in the fetched bytes (zero copy: positions below are offsets in that buffer),
+   compressed ones are decompressed (``storage.compression``) and joined into one new buffer;
 2. each record's start: records come in runs of one size (same value size; the deltas' varints
    grow at 64, 8192, ...), so a run is found in bulk — guess that the next records have the size
    of the current one, check all guesses at once, keep the prefix that holds — and short runs
-   (values of varied sizes) go through a plain loop, one Python step per record at worst;
+   (values of varied sizes) go through a plain loop, one Python step per record at worst. Batches
+   of one shape (record count, byte length) reuse the first one's layout; every record's
+   ``length`` varint is then checked, and all batches are walked if any disagrees;
 3. vectorized, field by field (record layout in ``storage.record_batch``): attributes (skipped),
    timestampDelta, offsetDelta, keyLength, key, valueLength, value, headerCount — each varint
-   decoded for all records by gathering its bytes (``take``) and combining 7-bit groups;
+   decoded for all records at once by gathering its bytes (``take``) and combining 7-bit groups.
+   The fields up to valueLength usually sit in a record's first ``WINDOW`` bytes: those are first
+   gathered into one small contiguous array, so the varints are decoded with cache-friendly
+   ``take`` s there rather than scattered over the whole fetch (a varint that does not end inside
+   the window is decoded from the buffer instead);
 4. keys and values are gathered into contiguous Arrow binary arrays with one ``take`` over an
    "interleaved" binary array whose even elements are the values and odd elements the bytes
-   between them (offsets ``[start0, end0, start1, end1, ...]`` rise because records are in order).
+   between them (offsets ``[start0, end0, start1, end1, ...]`` rise because records are in order);
+   per-batch values (base offset, base timestamp, timestamp type) reach every record through one
+   ``take`` by batch index.
 
 It handles what Spark scans in bulk: any codec, null keys/values, CreateTime or LogAppendTime. It
 declines (``FastPathDeclined``) — and the caller uses the reference decoder, which also produces the
@@ -45,6 +54,7 @@ MAX_VARINT_BYTES = 5  # lengths and deltas in a batch are int32 varints (timesta
 MAX_VARLONG_BYTES = 10
 MIN_BULK_RUN = 16  # shorter runs of same-size records are cheaper in the plain loop
 LOOP_RECORDS = 64  # records the plain loop takes before trying bulk runs again
+WINDOW = 16  # bytes gathered from each record's start: its length varint and the fields after it
 
 
 @functools.lru_cache(maxsize=1024)
@@ -88,60 +98,79 @@ class Columns:
 
 def decode_batches(data: bytes, batches: list[BatchInfo], *, headers_wanted: bool) -> Columns:
     """Decode the records of ``batches`` (positions in ``data``); raise FastPathDeclined if needed."""
-    regions = [_region(data, info) for info in batches]
-    joined = pa.py_buffer(b"".join(regions))
-    bounds = _all_record_bounds(joined, regions, batches)
-    bodies, ends = (pa.concat_arrays([b[i] for b in bounds]) for i in (1, 2))
-    return _columns(joined, bodies, ends, batches, headers_wanted)
+    buffer, region_starts, regions = _records_buffer(data, batches)
+    if buffer.size >= 2**31:
+        raise FastPathDeclined("more than 2 GiB in one fetch")
+    n = sum(info.records_count for info in batches)
+    batch_index = _batch_index(batches, n)
+    base = pc.take(pa.array(region_starts, pa.int64()), batch_index)
+    bounds, reused = _all_record_bounds(regions, batches, base, reuse=True)
+    fields = _fields(buffer, *bounds, check_lengths=reused)
+    if fields is None:  # a reused layout did not hold: walk every batch
+        bounds, _ = _all_record_bounds(regions, batches, base, reuse=False)
+        fields = _fields(buffer, *bounds, check_lengths=False)
+        assert fields is not None, "walked layouts always hold"
+    return _columns(buffer, fields, bounds[2], batches, batch_index, headers_wanted)
 
 
-def _all_record_bounds(joined: pa.Buffer, regions: list[bytes], batches: list[BatchInfo]) -> list[tuple]:
-    """(starts, bodies, ends) per batch, positions in ``joined``.
+def _records_buffer(data: bytes, batches: list[BatchInfo]) -> tuple[pa.Buffer, list[int], list]:
+    """CRC-check every batch; (buffer, where each batch's records start in it, each records region).
+
+    Uncompressed batches are used where they lie in the fetched bytes (zero copy); when a batch is
+    compressed, the regions are decompressed and joined into one new buffer.
+    """
+    view = memoryview(data)
+    regions: list = []
+    compressed = False
+    for info in batches:
+        header = validate_batch(data, info.pos)  # CRC-32C over attributes..end
+        region = view[info.pos + HEADER_SIZE : info.end]
+        codec = header.attributes & 0x07
+        if codec != CompressionType.NONE:
+            region, compressed = memoryview(decompress(codec, region)), True
+        regions.append(region)
+    if not compressed:
+        return pa.py_buffer(data), [info.pos + HEADER_SIZE for info in batches], regions
+    joined = memoryview(b"".join(regions))
+    starts, pos = [], 0
+    for region in regions:
+        starts.append(pos)
+        pos += len(region)
+    views = [joined[s : s + len(r)] for s, r in zip(starts, regions, strict=True)]
+    return pa.py_buffer(joined), starts, views
+
+
+def _batch_index(batches: list[BatchInfo], n: int) -> pa.Array:
+    """For each record, the index of its batch (int64)."""
+    counts = {info.records_count for info in batches}
+    if len(counts) == 1:
+        return pc.divide(_arange(n), i64(counts.pop()))
+    return pa.concat_arrays([pa.repeat(i64(b), info.records_count) for b, info in enumerate(batches)])
+
+
+def _all_record_bounds(
+    regions: list, batches: list[BatchInfo], base: pa.Array, *, reuse: bool
+) -> tuple[tuple[pa.Array, pa.Array, pa.Array], bool]:
+    """(starts, bodies, ends) of every record, positions in the buffer; and whether a layout was reused.
 
     Batches from one producer repeat one layout (same count, same sizes at the same indexes), so
-    the first batch of each (count, length) shape is walked (``_record_bounds``) and the others
-    reuse its layout shifted to their position — then every reused record's ``length`` varint is
-    checked at once; if any disagrees, those batches are walked after all.
+    with ``reuse`` the first batch of each (count, length) shape is walked (``_record_bounds``) and
+    the others reuse its layout — the caller then checks every record's ``length`` varint (see
+    ``_fields``) and walks every batch if any disagrees.
     """
     layouts: dict[tuple[int, int], tuple[pa.Array, pa.Array, pa.Array]] = {}
-    bounds: list[tuple] = []
-    reused: list[int] = []
-    base = 0
-    for i, (info, region) in enumerate(zip(batches, regions, strict=True)):
+    per_batch: list[tuple[pa.Array, pa.Array, pa.Array]] = []
+    reused = False
+    for info, region in zip(batches, regions, strict=True):
         shape = (info.records_count, len(region))
-        if shape in layouts:
-            reused.append(i)
+        if reuse and shape in layouts:
+            reused = True
         else:
             layouts[shape] = _record_bounds(region, info.records_count)
-        bounds.append(tuple(pc.add(column, i64(base)) for column in layouts[shape]))
-        base += len(region)
-    if reused and not _layouts_hold(joined, [bounds[i] for i in reused]):
-        base = 0
-        for i, region in enumerate(regions):
-            if i in reused:
-                bounds[i] = tuple(
-                    pc.add(c, i64(base)) for c in _record_bounds(region, batches[i].records_count)
-                )
-            base += len(region)
-    return bounds
-
-
-def _layouts_hold(joined: pa.Buffer, bounds: list[tuple]) -> bool:
-    """Does the ``length`` varint at every guessed start give the guessed size and body start?"""
-    starts, bodies, ends = (pa.concat_arrays([b[i] for b in bounds]) for i in range(3))
-    data = pa.Array.from_buffers(pa.uint8(), joined.size, [None, joined])
-    sizes, header_sizes = _length_varints(data, starts)
-    ok = pc.and_(
-        pc.equal(sizes, pc.subtract(ends, starts)), pc.equal(header_sizes, pc.subtract(bodies, starts))
-    )
-    return bool(pc.all(ok).as_py())
-
-
-def _region(data: bytes, info: BatchInfo) -> bytes:
-    header = validate_batch(data, info.pos)  # CRC-32C over attributes..end
-    region = data[info.pos + HEADER_SIZE : info.end]
-    codec = header.attributes & 0x07
-    return region if codec == CompressionType.NONE else bytes(decompress(codec, region))
+        per_batch.append(layouts[shape])
+    local = (pa.concat_arrays([b[k] for b in per_batch]) for k in range(3))
+    starts, bodies, ends = (pc.add(column, base) for column in local)
+    return (starts, bodies, ends), reused
 
 
 def _record_bounds(region: bytes, count: int) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -220,34 +249,123 @@ def _loop_bounds(region: bytes, pos: int, count: int) -> tuple[list[int], list[i
     return starts, bodies, ends, pos
 
 
-def _columns(
-    joined: pa.Buffer, bodies: pa.Array, end: pa.Array, batches: list[BatchInfo], headers_wanted: bool
-):
-    n = len(bodies)
-    data = pa.Array.from_buffers(pa.uint8(), joined.size, [None, joined])
-    pos = pc.add(bodies, ONE)  # skip the record's attributes byte
+@dataclass(frozen=True)
+class _Fields:
+    """Every record's fields (positions in the buffer), decoded column-wise."""
+
+    timestamp_delta: pa.Array
+    offset_delta: pa.Array
+    key_start: pa.Array
+    key_length: pa.Array
+    value_start: pa.Array
+    value_length: pa.Array
+
+
+def _fields(
+    buffer: pa.Buffer, starts: pa.Array, bodies: pa.Array, ends: pa.Array, *, check_lengths: bool
+) -> _Fields | None:
+    """Decode every record's fields (step 3); None when ``check_lengths`` finds a layout that does not hold.
+
+    The fields up to the value length sit in each record's first ``WINDOW`` bytes. When every record
+    is at least that long, those bytes are first gathered into one small contiguous array (one
+    pass over the fetched buffer instead of one scattered ``take`` per varint byte), and the
+    varints are decoded there; a varint that does not end inside its record's window is decoded
+    from the buffer instead. Each record's ``length`` varint is checked the same way.
+    """
+    n = len(starts)
+    data = _u8(buffer)
+    sizes = pc.subtract(ends, starts)
+    windows = _windows(buffer, starts, ends, n) if pc.min(sizes).as_py() >= WINDOW else None
+    if windows is None:
+        src, shift, limit = data, ZERO, None
+    else:
+        src, shift, limit = windows, pc.subtract(starts, pc.multiply(_arange(n), i64(WINDOW))), WINDOW
+    src_starts = pc.subtract(starts, shift)
+    if check_lengths:
+        size, header_size = _length_varints(src, src_starts)
+        holds = pc.and_(pc.equal(size, sizes), pc.equal(header_size, pc.subtract(bodies, starts)))
+        if not pc.all(holds).as_py():
+            return None
+    pos = pc.add(pc.subtract(bodies, shift), ONE)  # skip the record's attributes byte
+    ts_delta, pos = _varints(src, pos, MAX_VARLONG_BYTES)
+    offset_delta, pos = _varints(src, pos, MAX_VARINT_BYTES)
+    key_length, pos = _varints(src, pos, MAX_VARINT_BYTES)
+    if limit is not None and not _inside(pos, src_starts, limit):
+        return _fields_in_buffer(buffer, bodies)
+    key_start = pc.add(pos, shift)
+    value_length_pos = pc.add(pos, pc.max_element_wise(key_length, ZERO))
+    value_length = after = None
+    if limit is not None:
+        value_length, after = _varints(src, value_length_pos, MAX_VARINT_BYTES)
+        if not _inside(after, src_starts, limit):
+            value_length = None
+    if value_length is None:
+        value_length, after = _varints(data, pc.add(value_length_pos, shift), MAX_VARINT_BYTES)
+    else:
+        after = pc.add(after, shift)
+    return _Fields(ts_delta, offset_delta, key_start, key_length, after, value_length)
+
+
+def _fields_in_buffer(buffer: pa.Buffer, bodies: pa.Array) -> _Fields:
+    """``_fields`` without windows: every varint decoded from the buffer (layouts already checked)."""
+    data = _u8(buffer)
+    pos = pc.add(bodies, ONE)
     ts_delta, pos = _varints(data, pos, MAX_VARLONG_BYTES)
     offset_delta, pos = _varints(data, pos, MAX_VARINT_BYTES)
-    key_length, pos = _varints(data, pos, MAX_VARINT_BYTES)
-    key_start = pos
-    pos = pc.add(pos, pc.max_element_wise(key_length, ZERO))
-    value_length, pos = _varints(data, pos, MAX_VARINT_BYTES)
-    value_start = pos
-    pos = pc.add(pos, pc.max_element_wise(value_length, ZERO))
-    header_count, pos = _varints(data, pos, MAX_VARINT_BYTES)
-    _check_fits(pos, end, header_count, key_length, value_length, headers_wanted)
-    per_batch = _repeat_per_batch(batches, n)
-    offsets = pc.add(per_batch["base_offset"], offset_delta)
-    timestamps = pc.add(per_batch["base_timestamp"], ts_delta)
+    key_length, key_start = _varints(data, pos, MAX_VARINT_BYTES)
+    value_length, value_start = _varints(
+        data, pc.add(key_start, pc.max_element_wise(key_length, ZERO)), MAX_VARINT_BYTES
+    )
+    return _Fields(ts_delta, offset_delta, key_start, key_length, value_start, value_length)
+
+
+def _inside(pos: pa.Array, window_starts: pa.Array, limit: int) -> bool:
+    return pc.max(pc.subtract(pos, window_starts)).as_py() <= limit
+
+
+def _u8(buffer: pa.Buffer) -> pa.Array:
+    return pa.Array.from_buffers(pa.uint8(), buffer.size, [None, buffer])
+
+
+def _windows(buffer: pa.Buffer, starts: pa.Array, ends: pa.Array, n: int) -> pa.Array:
+    """The first ``WINDOW`` bytes of every record (each record >= WINDOW bytes), contiguous, as uint8."""
+    offsets = pc.cast(pc.take(pa.concat_arrays([starts, ends]), _interleave_index(n)), pa.int32())
+    records = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, offsets.buffers()[1], buffer])
+    heads = pc.take(pc.binary_slice(records, 0, WINDOW), _even_index(n))
+    assert heads.offset == 0 and heads.buffers()[2].size >= WINDOW * n, "windows are contiguous"
+    return pa.Array.from_buffers(pa.uint8(), WINDOW * n, [None, heads.buffers()[2]])
+
+
+def _columns(
+    buffer: pa.Buffer,
+    f: _Fields,
+    ends: pa.Array,
+    batches: list[BatchInfo],
+    batch_index: pa.Array,
+    headers_wanted: bool,
+) -> Columns:
+    n = len(batch_index)
+    value_end = pc.add(f.value_start, pc.max_element_wise(f.value_length, ZERO))
+    header_count, pos = _varints(_u8(buffer), value_end, MAX_VARINT_BYTES)
+    _check_fits(pos, ends, header_count, f.key_length, f.value_length, headers_wanted)
+
+    def per_record(value_of, kind) -> pa.Array:
+        return pc.take(pa.array([value_of(b) for b in batches], kind), batch_index)
+
+    offsets = pc.add(per_record(lambda b: b.base_offset, pa.int64()), f.offset_delta)
+    timestamps = pc.add(per_record(lambda b: b.base_timestamp, pa.int64()), f.timestamp_delta)
     if any(b.log_append_time for b in batches):
-        lat = pc.equal(per_batch["timestamp_type"], pa.scalar(1, pa.int32()))
-        timestamps = pc.if_else(lat, per_batch["max_timestamp"], timestamps)
+        types = per_record(lambda b: int(b.log_append_time), pa.int32())
+        lat = pc.equal(types, pa.scalar(1, pa.int32()))
+        timestamps = pc.if_else(lat, per_record(lambda b: b.max_timestamp, pa.int64()), timestamps)
+    else:
+        types = pa.repeat(pa.scalar(0, pa.int32()), n)
     return Columns(
         offset=offsets,
         timestamp_ms=timestamps,
-        key=_gather_binary(joined, key_start, key_length),
-        value=_gather_binary(joined, value_start, value_length),
-        timestamp_type=per_batch["timestamp_type"],
+        key=_gather_binary(buffer, f.key_start, f.key_length),
+        value=_gather_binary(buffer, f.value_start, f.value_length),
+        timestamp_type=types,
     )
 
 
@@ -285,22 +403,6 @@ def _varints(data: pa.Array, pos: pa.Array, max_bytes: int) -> tuple[pa.Array, p
             more = pc.and_(more, pc.greater_equal(byte, CONTINUATION))
     value = pc.bit_wise_xor(pc.shift_right(raw, ONE), pc.negate(pc.bit_wise_and(raw, ONE)))
     return value, pc.add(pos, size)
-
-
-def _repeat_per_batch(batches: list[BatchInfo], n: int) -> dict[str, pa.Array]:
-    """Per-record copies of per-batch values."""
-
-    def repeated(value_of, kind) -> pa.Array:
-        return pa.concat_arrays([pa.repeat(pa.scalar(value_of(b), kind), b.records_count) for b in batches])
-
-    out = {
-        "base_offset": repeated(lambda b: b.base_offset, pa.int64()),
-        "base_timestamp": repeated(lambda b: b.base_timestamp, pa.int64()),
-        "max_timestamp": repeated(lambda b: b.max_timestamp, pa.int64()),
-        "timestamp_type": repeated(lambda b: int(b.log_append_time), pa.int32()),
-    }
-    assert all(len(c) == n for c in out.values()), (n, {k: len(v) for k, v in out.items()})
-    return out
 
 
 def _gather_binary(joined: pa.Buffer, start: pa.Array, length: pa.Array) -> pa.Array:

@@ -117,7 +117,9 @@ def _log_warnings(plan: Plan) -> None:
 def _read(
     options: SourceOptions, partition: InputPartition, min_timestamp_ms: int | None
 ) -> Iterator[pa.RecordBatch]:
-    offset_range: OffsetRange = partition.value
+    offset_range: OffsetRange | None = partition.value
+    if offset_range is None:  # PySpark reads one InputPartition(None) when partitions() is empty
+        return
     settings = ReadSettings(
         include_headers=options.include_headers,
         fail_on_data_loss=options.fail_on_data_loss,

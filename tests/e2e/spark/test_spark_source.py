@@ -96,6 +96,17 @@ def test_schema_without_headers_matches_spark_kafka_source(spark, fake_cluster) 
     )
 
 
+def test_nothing_to_read_is_an_empty_result(spark, fake_cluster) -> None:
+    """No planned range (an empty topic, or a pushed filter that excludes everything): PySpark then
+    hands read() one InputPartition(None), which must read nothing."""
+    fake_cluster.create_topic("empty", 2)
+    assert reader(spark, fake_cluster, subscribe="empty").load().count() == 0
+    fake_cluster.append(TopicPartition("empty", 0), records(5, seed=3))
+    df = reader(spark, fake_cluster, subscribe="empty").load()
+    assert df.where("partition = 7").count() == 0
+    assert df.where("partition = 0").count() == 5
+
+
 def test_reads_exactly_below_the_high_watermark_at_planning(spark, fake_cluster) -> None:
     """Records at or above the HW (appended, not yet committed) are never returned."""
     tp = TopicPartition("hw", 0)

@@ -71,6 +71,12 @@ SHAPES = {
         [(None, b"b" * 200, (), BASE_TS), (None, b"a" * 10, (), BASE_TS)] * 20,
     ],
     "one-record": [fixed(1, 5)],
+    # the value length lies past each record's first WINDOW bytes: decoded from the fetch buffer
+    "keys-push-value-length-out-of-the-window": [[(b"k" * 30, b"v" * 40, (), BASE_TS + i) for i in range(100)]],
+    # 8-byte timestamp delta varints fill most of the window
+    "huge-timestamp-deltas": [[(b"k", b"x" * 20, (), (i % 2) * 2**50) for i in range(200)]],
+    # many batches of one shape: the reused layout holds, per-batch values reach every record
+    "many-batches-one-shape": [fixed(100, 20, start_ts=BASE_TS + b) for b in range(30)],
     "large-values": [fixed(30, 5000)],
 }
 
