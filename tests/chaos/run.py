@@ -167,13 +167,12 @@ def drain(history: History) -> list[str]:
 
 
 def check_proxy_sees_nodes(cluster: ChaosCluster) -> None:
-    """Partitions work only if the proxy attributes connections to nodes: brokers dial controllers."""
+    """Partitions work only if every node-to-node link crosses the proxy and is attributed to its node:
+    controllers dial controllers, brokers dial controllers, followers dial leaders."""
 
     def attributed() -> bool:
-        keys = cluster.proxy.connections()
-        return any(k.startswith("broker-") and ">controller-" in k for k in keys) and any(
-            k.startswith("controller-") and ">controller-" in k for k in keys
-        )
+        links = {tuple(n.split("-")[0] for n in k.split(">")) for k in cluster.proxy.connections()}
+        return {("controller", "controller"), ("broker", "controller"), ("broker", "broker")} <= links
 
     try:
         wait_for(attributed, 30, "the proxy to attribute node-to-node connections")
