@@ -240,3 +240,9 @@ def _wait(condition: Callable[[], bool], what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"negative control: timed out waiting for {what}"
         time.sleep(0.1)
+
+
+def no_faults(cluster: ChaosCluster, history: History, topic: str, acked: Callable[[], int]) -> None:
+    """A schedule without faults: wait for some acknowledged writes (for client-side negative controls)."""
+    target = acked() + 200
+    _wait(lambda: acked() >= target, "200 acknowledged writes")

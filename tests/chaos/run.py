@@ -68,6 +68,7 @@ class RunConfig:
     overrides: dict[str, str] = field(default_factory=dict)
     admin_ops: bool = True
     min_faults: int = 0
+    producer_options: dict[str, object] = field(default_factory=dict)  # more pykraft.Producer settings
     overlap: bool = False  # faults do not wait for the cluster to recover from the previous one
     groups: bool = True  # consumers in a group (subscribe + commit), or on assigned partitions
     schedule: Schedule | None = None  # a scripted nemesis instead of the seeded one
@@ -105,8 +106,8 @@ def run_chaos(data_dir: Path, config: RunConfig, log: Callable[[str], None] = pr
         cluster.create_topic(TOPIC, partitions=config.partitions, **configs)
         check_proxy_sees_nodes(cluster)
         topic = TopicState(TOPIC, config.partitions)
-        producers = [ProducerWorker(i, history, cluster.bootstrap, topic, config.rate_per_s)
-                     for i in range(config.producers)]  # fmt: skip
+        producers = [ProducerWorker(i, history, cluster.bootstrap, topic, config.rate_per_s,
+                                    config.producer_options) for i in range(config.producers)]  # fmt: skip
         consumer_class = GroupConsumerWorker if config.groups else ConsumerWorker
         consumers = [consumer_class(i, history, cluster.bootstrap, topic) for i in range(config.consumers)]
         admin = AdminWorker(history, cluster.cluster.controller_addresses)

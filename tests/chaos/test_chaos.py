@@ -6,7 +6,8 @@ timeout, network partitions through the proxy) under idempotent ``acks=all`` pro
 consumer group committing its offsets, heals, reads everything back and requires every anomaly
 count to be 0; it prints the table. ``test_negative_control_...`` proves the checker can fail: with
 ``unclean.leader.election.enable=true`` a schedule makes an out-of-sync replica the leader, and the
-checker must report the acknowledged writes that were lost.
+checker must report the acknowledged writes that were lost. ``test_retried_sends_...`` is a second
+one: every batch sent twice finds duplicates without idempotence, none with it.
 
 The long run: ``.venv/bin/python -m tests.chaos.run --duration 600 --write-results`` (docs/chaos.md).
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.nemesis import KINDS, force_unclean_election
+from tests.chaos.nemesis import KINDS, force_unclean_election, no_faults
 from tests.chaos.run import RunConfig, run_chaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -60,3 +61,22 @@ def test_negative_control_unclean_election_loses_acknowledged_writes(tmp_path: P
     assert counts["inconsistent-offsets"] > 0, counts
     assert counts["truncated-read"] > 0, counts
     assert "unseen: acknowledged" in result.explain()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("idempotence", [False, True], ids=["without-idempotence", "idempotent"])
+def test_retried_sends_duplicate_only_without_idempotence(tmp_path: Path, idempotence: bool) -> None:
+    """Every first Produce answer is dropped after the broker appended (the producer's test hook), so
+    every batch is sent twice: without idempotence the checker finds duplicates (a second negative
+    control); with it (KIP-98) the broker answers the retry with the first offsets: none."""
+    config = RunConfig(
+        partitions=1, producers=1, consumers=1, admin_ops=False, schedule=no_faults, groups=False,
+        producer_options={"enable_idempotence": idempotence, "test_drop_first_response": True},
+    )  # fmt: skip
+    result = run_chaos(tmp_path, config, log=lambda _m: None)
+    assert not result.problems, result.explain()
+    if idempotence:
+        assert result.check.valid, result.explain()
+    else:
+        assert result.check.counts["duplicate"] > 0, result.check.counts
+        assert "duplicate: value" in result.explain()

@@ -82,9 +82,10 @@ class Worker(threading.Thread):
 
 class ProducerWorker(Worker):
     def __init__(self, index: int, history: History, bootstrap: str, topic: TopicState,
-                 rate_per_s: float) -> None:  # fmt: skip
+                 rate_per_s: float, options: dict | None = None) -> None:  # fmt: skip
         super().__init__(f"producer-{index}", history)
         self.bootstrap, self.topic, self.rate_per_s = bootstrap, topic, rate_per_s
+        self.options = options or {}  # more Producer settings (a negative control turns idempotence off)
         self.seq = 0
         self.outstanding: dict[int, int] = {}
         self.lock = threading.Lock()
@@ -118,9 +119,9 @@ class ProducerWorker(Worker):
         """A producer and the partition count it learned (a new partition may not be known yet)."""
         if old is not None:
             old.close(CLOSE_TIMEOUT_S)
-        producer = Producer(self.bootstrap, acks="all", linger_ms=5, request_timeout_ms=5000,
-                            delivery_timeout_ms=60_000, retry_backoff_ms=100, max_block_ms=10_000,
-                            metadata_max_age_ms=2000)  # fmt: skip
+        settings = {"acks": "all", "linger_ms": 5, "request_timeout_ms": 5000, "delivery_timeout_ms": 60_000,
+                    "retry_backoff_ms": 100, "max_block_ms": 10_000, "metadata_max_age_ms": 2000}  # fmt: skip
+        producer = Producer(self.bootstrap, **{**settings, **self.options})
         try:
             return producer, min(self.topic.count(), len(producer.partitions_for(self.topic.name)))
         except Exception:
