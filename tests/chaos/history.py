@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -67,6 +68,7 @@ class History:
     def __init__(self) -> None:
         self._t0 = time.monotonic()
         self._ops: list[Op] = []
+        self._counts: Counter[tuple[str, str]] = Counter()  # (f, type) -> ops so far
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -78,7 +80,13 @@ class History:
         with self._lock:
             op = Op(len(self._ops), process, f, type_, start_s, max(end, start_s), value, error)
             self._ops.append(op)
+            self._counts[(f, type_)] += 1
         return op
+
+    def count(self, f: str, type_: str = OK) -> int:
+        """How many ``f`` ops ended with ``type_`` so far (cheap: for waits on progress)."""
+        with self._lock:
+            return self._counts[(f, type_)]
 
     def ops(self) -> list[Op]:
         with self._lock:

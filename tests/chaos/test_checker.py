@@ -136,6 +136,7 @@ def test_history_round_trips_through_jsonl(tmp_path) -> None:
     history.add("producer-0", "send", OK, start, {"topic": T, "partition": 0, "value": "a", "offset": 0})
     history.add("final", "final-read", OK, start, {"topic": T, "partition": 0, "high_watermark": 1,
                                                     "records": [[0, "a"]]})  # fmt: skip
+    assert (history.count("send"), history.count("send", INFO), history.count("final-read")) == (1, 0, 1)
     path = tmp_path / "history.jsonl"
     history.write_jsonl(path)
     assert read_jsonl(path) == history.ops()
