@@ -44,7 +44,12 @@ def cluster(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerC
     """Depends on ``spark``: the session's JVM must be forked before this process runs gRPC."""
     with running_cluster(
         Path(tmp_path_factory.mktemp("spark-cluster")),
-        **{"replica.lag.time.max.ms": "120000", "broker.session.timeout.ms": "30000"},
+        # The records carry 2023 timestamps: no time-based retention check during the module.
+        **{
+            "replica.lag.time.max.ms": "120000",
+            "broker.session.timeout.ms": "30000",
+            "log.retention.check.interval.ms": "3600000",
+        },
     ) as bc:
         yield bc
 
