@@ -318,10 +318,10 @@ class Consumer(GroupConsumerMixin):
         if self._closed:
             raise IllegalStateError("poll() after close()")
         deadline = _now_ms() + timeout_ms
-        if self._group is not None:
-            with self._group.lock:
-                self._group.core.on_poll(_now_ms())
         while True:
+            if self._group is not None:  # inside poll() counts as polling (Kafka's pollHeartbeat per loop)
+                with self._group.lock:
+                    self._group.core.on_poll(_now_ms())
             if self._group is not None and self._group.core.subscribed and not self._group_poll(deadline):
                 return []
             if self._buffer:

@@ -17,10 +17,15 @@ Theory of operation (Kafka's ``AbstractCoordinator`` + ``ConsumerCoordinator``):
   revoking so the partitions reach their new owner in the follow-up rebalance.
 - **Leader**: the member whose id the JoinGroup answer names computes every member's assignment with
   the chosen assignor (``pykraft.assignors``) over the partition counts the driver looked up.
-- **Heartbeats** go every ``heartbeat_interval_ms`` while ``STABLE``; no answer for
-  ``session_timeout_ms`` marks the coordinator unknown. ``max_poll_interval_ms`` without ``poll``
-  makes the member leave (LeaveGroup for a dynamic member; a static member just stops and is expired
-  by the coordinator after its session timeout), as Kafka's heartbeat thread does.
+- **Heartbeats** go every ``heartbeat_interval_ms`` from the JoinGroup answer on (``COMPLETING_REBALANCE``
+  with the joined generation, then ``STABLE``), as Kafka's heartbeat thread does (KIP-62): the
+  coordinator runs the member's session from its JoinGroup answer on, while the application may be
+  busy with records until its next ``poll``. REBALANCE_IN_PROGRESS before ``STABLE`` is ignored (the
+  SyncGroup answer tells). No answer for ``session_timeout_ms`` marks the coordinator unknown.
+  ``max_poll_interval_ms`` without ``poll`` makes the member leave (LeaveGroup for a dynamic member; a
+  static member just stops and is expired by the coordinator after its session timeout). Both timers
+  run only from the JoinGroup answer on: a member waiting for its JoinGroup answer (the coordinator
+  holds it up to the rebalance timeout) is neither heartbeating nor late.
 - **Commits** are fenced by the generation: they are only sent while ``STABLE``; ILLEGAL_GENERATION /
   UNKNOWN_MEMBER_ID / REBALANCE_IN_PROGRESS make the commit fail (``CommitFailedError``) and the
   member rejoin.
@@ -261,11 +266,9 @@ class ConsumerCoordinator:
         self.heartbeat_in_flight = False
 
     def coordinator_lookup_due(self, now_ms: int) -> bool:
-        """A stable member lost its coordinator: the heartbeat thread looks it up (Kafka), at most
+        """A joined member lost its coordinator: the heartbeat thread looks it up (Kafka), at most
         once per ``retry_backoff_ms``."""
-        due = (
-            self.coordinator is None and self.state is MemberState.STABLE and now_ms >= self.next_heartbeat_ms
-        )
+        due = self.coordinator is None and self.heartbeating and now_ms >= self.next_heartbeat_ms
         if due:
             self.next_heartbeat_ms = now_ms + self.config.retry_backoff_ms
         return due
@@ -316,7 +319,7 @@ class ConsumerCoordinator:
             self.generation.member_id, tuple((name, subscription) for name in self.config.assignors), reason
         )
 
-    def on_join_response(self, result: JoinResult) -> Step:
+    def on_join_response(self, result: JoinResult, now_ms: int) -> Step:
         if self.state is not MemberState.PREPARING_REBALANCE:
             return Step(Next.RETRY_NOW)  # left or reset meanwhile
         code = result.error
@@ -325,6 +328,10 @@ class ConsumerCoordinator:
             self.leader_id = result.leader
             self.group_members = dict(result.members)
             self.state = MemberState.COMPLETING_REBALANCE
+            # Kafka's heartbeat thread is enabled here (resetTimeouts): the session, poll and
+            # heartbeat timers start from the JoinGroup answer.
+            self.last_heartbeat_received_ms = self.last_poll_ms = now_ms
+            self.next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
             self.invariants()
             return Step(Next.CONTINUE)
         self.state = MemberState.UNJOINED
@@ -365,8 +372,10 @@ class ConsumerCoordinator:
         self.owned = new
         self.state = MemberState.STABLE
         self._join_prepared = False
-        self.last_heartbeat_received_ms = self.next_heartbeat_ms = now_ms  # the session starts now
-        self.last_poll_ms = now_ms  # a long join must not count against max.poll.interval.ms
+        # Heartbeat at once in the new generation. The poll timer is left alone: this answer may be
+        # applied by the heartbeat thread while the application is busy (it was reset at the
+        # JoinGroup answer, so a long join does not count against max.poll.interval.ms).
+        self.last_heartbeat_received_ms = self.next_heartbeat_ms = now_ms
         own = {t: counts.get(t, 0) for t in self.subscription}
         # The leader watches every topic it assigned (compute_assignment), the others their own.
         self._assigned_counts = {**self._assigned_counts, **own} if self.is_leader_of_last_join() else own
@@ -431,16 +440,22 @@ class ConsumerCoordinator:
     def on_poll(self, now_ms: int) -> None:
         self.last_poll_ms = now_ms
 
+    @property
+    def heartbeating(self) -> bool:
+        """Kafka's ``!hasNotJoinedGroup()``: the heartbeat thread's timers run from the JoinGroup
+        answer (``COMPLETING_REBALANCE``) on; not while UNJOINED or waiting for the JoinGroup answer."""
+        return self.state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
+
     def poll_timeout_expired(self, now_ms: int) -> bool:
         return (
-            self.state is not MemberState.UNJOINED
+            self.heartbeating
             and self.generation.generation_id != NO_GENERATION
             and now_ms - self.last_poll_ms > self.config.max_poll_interval_ms
         )
 
     def heartbeat_due(self, now_ms: int) -> bool:
         return (
-            self.state is MemberState.STABLE
+            self.heartbeating
             and self.coordinator is not None
             and not self.heartbeat_in_flight
             and now_ms >= self.next_heartbeat_ms
@@ -460,7 +475,9 @@ class ConsumerCoordinator:
             return Step(Next.CONTINUE)  # an answer about a generation we already left
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.last_heartbeat_received_ms = now_ms
-            self.request_rejoin("the coordinator started a rebalance (heartbeat: REBALANCE_IN_PROGRESS)")
+            # Kafka ignores it before STABLE: the pending SyncGroup answer says what to do.
+            if self.state is MemberState.STABLE:
+                self.request_rejoin("the coordinator started a rebalance (heartbeat: REBALANCE_IN_PROGRESS)")
             return Step(Next.CONTINUE)
         self.next_heartbeat_ms = now_ms + self.config.retry_backoff_ms
         step = self._on_group_error(code, message, "Heartbeat")
@@ -471,7 +488,7 @@ class ConsumerCoordinator:
         """No heartbeat answered for a whole session: the coordinator is presumed gone (Kafka)."""
         return (
             self.coordinator is not None
-            and self.state is MemberState.STABLE
+            and self.heartbeating
             and now_ms - self.last_heartbeat_received_ms > self.config.session_timeout_ms
         )
 

@@ -4,7 +4,8 @@ group driver (``pykraft.group_client.GroupClient``) calls during a rebalance.
 A mixin: ``Consumer`` owns the partition states, the record buffer and the metadata cache; this
 module decides what the group changes in them. The rules (Kafka's ``KafkaConsumer`` and
 ``ConsumerCoordinator``) are in ``pykraft.consumer``'s docstring. Not thread-safe, like the
-consumer; the hooks run on the consumer's thread inside ``poll``.
+consumer; the hooks run on the consumer's thread inside ``poll``, except ``partition_counts`` and
+``broker_addresses`` (the group's heartbeat thread, which handles the JoinGroup answer).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from proto import errors
 from proto.errors import ErrorCode
+from pykraft.assignors import tp_key
 from pykraft.connection import fetch_metadata
 from pykraft.consumer_coordinator import AssignmentChange, CommitFailedError
 from pykraft.types import TopicPartition
@@ -80,9 +82,8 @@ class GroupConsumerMixin:
         if group is None or not group.core.subscribed:
             return
         self._maybe_commit_before_revoke(self._consumed_offsets())
-        with group.lock:
-            change = group.core.unsubscribe()
-        self._revoke(list(change.revoked))
+        group.unsubscribe()
+        self._revoke(sorted(self._states, key=tp_key))  # what poll() assigned; queued ones dropped
         group.leave_group("the consumer unsubscribed")
 
     def commit(
@@ -225,11 +226,14 @@ class GroupConsumerMixin:
         return [*self._metadata.broker_addresses(), *self._bootstrap]
 
     def partition_counts(self: Consumer, topics: set[str]) -> dict[str, int]:
-        if self._metadata.add_topics(topics) or any(
-            self._metadata.partition_count(t) is None for t in topics
-        ):
-            self._refresh_metadata(force=True)
-        return {t: c for t in topics if (c := self._metadata.partition_count(t)) is not None}
+        """The partition count of each existing topic of ``topics``, asked of the brokers. Called on
+        the group's heartbeat thread, so it leaves the metadata cache (the consumer thread's) alone."""
+        if not topics:
+            return {}
+        response = fetch_metadata(
+            self._connections, self.broker_addresses(), sorted(topics), self.request_timeout_ms / 1000
+        )
+        return {t.name: len(t.partitions) for t in response.topics if t.error.code == ErrorCode.NONE}
 
     def on_join_prepare(self: Consumer, change: AssignmentChange) -> None:
         """Kafka's onJoinPrepare: commit everything consumed (unless the partitions are lost), then
@@ -293,10 +297,9 @@ class GroupConsumerMixin:
         try:
             if group.core.subscribed:
                 self._maybe_commit_before_revoke(self._consumed_offsets())
-                with group.lock:
-                    owned = tuple(group.core.owned)
+                owned = sorted(self._states, key=tp_key)  # what poll() assigned
                 if owned and self._on_revoke is not None:
-                    self._on_revoke(list(owned))
+                    self._on_revoke(owned)
                 group.leave_group("the consumer is closing")
         except CommitFailedError as exc:  # pragma: no cover - _maybe_commit_before_revoke logs these
             log.warning("close: %s", exc)

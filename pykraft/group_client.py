@@ -5,19 +5,27 @@ It drives ``pykraft.consumer_coordinator.ConsumerCoordinator`` (the state machin
 - **FindCoordinator** on any broker the consumer knows (metadata brokers, then bootstrap); retried
   with ``retry_backoff_ms`` while COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS or no
   broker answers. NOT_COORDINATOR (or an unreachable coordinator) on any later call finds it again.
-- **Join/Sync** run on the consumer's thread inside ``poll`` (``ensure_active_group``): revoke
-  (callbacks) -> JoinGroup (held by the coordinator until the group forms: its timeout is the
-  rebalance timeout plus the request timeout) -> the leader assigns -> SyncGroup -> assign
-  (callbacks). The consumer protocol is encoded as ``ConsumerProtocolSubscription`` /
+- **Join/Sync**: the consumer's thread, inside ``poll`` (``ensure_active_group``), revokes
+  (callbacks) and sends JoinGroup (held by the coordinator until the group forms: its timeout is the
+  rebalance timeout plus the request timeout). The answers are handled by the heartbeat thread, as
+  Kafka's heartbeat thread handles them between polls (KIP-62): the JoinGroup answer starts the
+  heartbeats in the new generation, the leader assigns (partition counts from a Metadata call), the
+  SyncGroup is sent, and its answer makes the member stable. What the assignment changed is queued
+  for the consumer's thread, whose next ``poll`` calls ``on_revoke`` / ``on_assign``. So a
+  cooperative member that goes on processing records during a rebalance is not expired by the
+  session timeout. The consumer protocol is encoded as ``ConsumerProtocolSubscription`` /
   ``ConsumerProtocolAssignment`` (proto/group.proto).
-- **Heartbeats** from a daemon thread every ``heartbeat_interval_ms`` while the member is stable;
+- **Heartbeats** from a daemon thread every ``heartbeat_interval_ms`` from the JoinGroup answer on;
   the same thread enforces ``max_poll_interval_ms`` (leaves the group, like Kafka's heartbeat
   thread) and the session timeout (coordinator presumed gone).
 - **OffsetCommit / OffsetFetch** on the coordinator, sync (retried until a deadline on coordinator
   errors) and async (a ``concurrent.futures.Future``).
 
-Thread-safety: one lock guards the state machine; no network call is made while holding it. The
-consumer thread and the heartbeat thread (and gRPC callback threads for async commits) share it.
+Thread-safety: one lock guards the state machine, the call in flight and the queued changes; no
+network call is made while holding it. The consumer thread and the heartbeat thread (and gRPC
+callback threads for async commits and answered Join/Sync calls) share it. Hooks called on the
+heartbeat thread (``partition_counts``, ``broker_addresses``) must not touch the consumer's
+unguarded state.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from pykraft.consumer_coordinator import (
     Generation,
     GroupConfig,
     JoinResult,
+    MemberState,
     Next,
 )
 from pykraft.types import TopicPartition
@@ -114,7 +123,8 @@ class GroupHooks(Protocol):
 
     def broker_addresses(self) -> list[str]: ...
 
-    def partition_counts(self, topics: set[str]) -> dict[str, int]: ...
+    def partition_counts(self, topics: set[str]) -> dict[str, int]:
+        """Called on the heartbeat thread; raises a KafkaError when no broker answers."""
 
     def on_join_prepare(self, change: AssignmentChange) -> None:
         """Before a rebalance: commit (auto-commit), then revoke ``change`` (Kafka's onJoinPrepare)."""
@@ -122,6 +132,14 @@ class GroupHooks(Protocol):
     def on_partitions_revoked(self, change: AssignmentChange) -> None: ...
 
     def on_partitions_assigned(self, added: tuple[TopicPartition, ...]) -> None: ...
+
+
+class _Pending(NamedTuple):
+    """A JoinGroup or SyncGroup in flight and what to do with its answer (on the heartbeat thread)."""
+
+    api: str
+    call: grpc.Future
+    on_done: Callable[[Any], Next]
 
 
 class GroupClient:
@@ -143,8 +161,15 @@ class GroupClient:
         self._request_timeout_s = request_timeout_ms / 1000
         self._wake = threading.Condition(self.lock)
         self._closed = False
-        # A JoinGroup or SyncGroup in flight: (api, call, what to do with its answer). Consumer thread only.
-        self._pending: tuple[str, grpc.Future, Callable[[Any], Next]] | None = None
+        # Guarded by the lock: the JoinGroup/SyncGroup in flight (sent by the consumer thread or, for
+        # SyncGroup, the heartbeat thread; answered on the heartbeat thread, ``_answering`` meanwhile),
+        # the assignment changes the consumer thread's next poll applies, and when a retriable
+        # failure lets the consumer thread rejoin.
+        self._pending: _Pending | None = None
+        self._answering = False
+        self._changes: list[AssignmentChange] = []
+        self._rejoin_after_ms = 0
+        self._failed: Exception | None = None  # raised by the heartbeat thread: the next poll raises it
         self._heartbeat_thread = threading.Thread(
             target=self._heartbeat_loop, name=f"pykraft-heartbeat-{config.group_id}", daemon=True
         )
@@ -207,27 +232,35 @@ class GroupClient:
     # ---- joining ------------------------------------------------------------------------------------
 
     def ensure_active_group(self, deadline_ms: int) -> bool:
-        """Join (or rejoin) until the member is stable with a fresh assignment (True), or until
-        ``deadline_ms`` (False). A JoinGroup or SyncGroup still unanswered at the deadline stays in
-        flight and is picked up by the next call (Kafka's poll does the same), so ``poll(timeout)``
+        """Join (or rejoin) until the member is stable with a fresh assignment whose callbacks ran
+        (True), or until ``deadline_ms`` (False). A JoinGroup or SyncGroup still unanswered at the
+        deadline stays in flight (the heartbeat thread handles its answer), so ``poll(timeout)``
         returns in time and a cooperative member keeps fetching its partitions meanwhile."""
         while True:
             with self.lock:
                 if self.core.fatal is not None:
                     raise self.core.fatal
-                if not self.core.rejoin_needed and self._pending is None:
-                    return True
+                if self._failed is not None:
+                    failed, self._failed = self._failed, None
+                    raise failed
+                changes, self._changes = self._changes, []
+                busy = self._pending is not None
+                done = not busy and not self.core.rejoin_needed
+                rejoin_after_ms = self._rejoin_after_ms
+            if changes:
+                self._apply_changes(changes)
+                continue  # a callback may have changed the group (commit fenced, unsubscribe...)
+            if done:
+                return True
             if self._closed:
                 return False
-            if self._pending is not None:
-                api, call, on_done = self._pending
-                if not _wait(call, deadline_ms):
+            if busy:
+                if not self._wait_answered(deadline_ms):
                     return False
-                self._pending = None
-                try:
-                    step = on_done(call.result())
-                except grpc.RpcError as exc:
-                    step = self._on_rpc_error(api, exc)
+            elif _now_ms() < rejoin_after_ms:
+                if rejoin_after_ms >= deadline_ms:
+                    return False
+                time.sleep((rejoin_after_ms - _now_ms()) / 1000)
             elif not self.ensure_coordinator(deadline_ms):
                 return False
             else:
@@ -235,15 +268,66 @@ class GroupClient:
                     change = self.core.prepare_join()
                 if change is not None:
                     self._hooks.on_join_prepare(change)
-                step = self._send_join()
-            if step is Next.FATAL:
-                with self.lock:
-                    assert self.core.fatal is not None, "a fatal step carries an error"
-                    raise self.core.fatal
+                self._after_step(self._send_join())
+
+    def _wait_answered(self, deadline_ms: int) -> bool:
+        """Wait until the call in flight is answered and handled (or changes are queued); False at
+        ``deadline_ms``."""
+        with self.lock:
+            return self._wake.wait_for(
+                lambda: (
+                    self._pending is None
+                    or bool(self._changes)
+                    or self._closed
+                    or self.core.fatal is not None
+                    or self._failed is not None
+                ),
+                max(0, deadline_ms - _now_ms()) / 1000,
+            )
+
+    def _apply_changes(self, changes: list[AssignmentChange]) -> None:
+        """The callbacks of the assignments the heartbeat thread applied (consumer thread)."""
+        for change in changes:
+            if change.revoked or change.lost:
+                self._hooks.on_partitions_revoked(change)
+            self._hooks.on_partitions_assigned(change.added)
+
+    def _after_step(self, step: Next) -> None:
+        """What a handled answer asks of the consumer thread's next rejoin (under the lock or not)."""
+        with self.lock:
             if step is Next.RETRY_BACKOFF or step is Next.FIND_COORDINATOR:
-                if _now_ms() + self.config.retry_backoff_ms >= deadline_ms:
-                    return False
-                time.sleep(self.config.retry_backoff_ms / 1000)
+                self._rejoin_after_ms = _now_ms() + self.config.retry_backoff_ms
+            self._wake.notify_all()
+
+    def _start_call(self, api: str, call: grpc.Future, on_done: Callable[[Any], Next]) -> None:
+        with self.lock:
+            assert self._pending is None or self._answering, f"{api} while {self._pending.api} is in flight"
+            self._pending = _Pending(api, call, on_done)
+            if self._closed:
+                call.cancel()
+        call.add_done_callback(lambda _call: self._notify())
+
+    def _notify(self) -> None:
+        with self.lock:
+            self._wake.notify_all()
+
+    def _answer(self, pending: _Pending) -> None:
+        """Handle an answered JoinGroup/SyncGroup (heartbeat thread, without the lock)."""
+        try:
+            step = Next.CONTINUE if pending.call.cancelled() else pending.on_done(pending.call.result())
+        except grpc.RpcError as exc:
+            step = self._on_rpc_error(pending.api, exc)
+        except Exception as exc:  # a hook or the assignor failed: the consumer thread raises it (Kafka)
+            log.warning("group %s: handling the %s answer failed: %r", self.config.group_id, pending.api, exc)
+            with self.lock:
+                self._failed = self._failed or exc
+            step = Next.FATAL
+        finally:
+            with self.lock:
+                self._answering = False
+                if self._pending is pending:
+                    self._pending = None
+        self._after_step(step)
 
     def _send_join(self) -> Next:
         stub = self._coordinator_stub()
@@ -270,7 +354,7 @@ class GroupClient:
         # The coordinator holds a JoinGroup until the group forms: up to the rebalance timeout.
         timeout_s = self.config.max_poll_interval_ms / 1000 + self._request_timeout_s
         call = stub.JoinGroup.future(request, timeout=timeout_s)
-        self._pending = ("JoinGroup", call, lambda response: self._on_join_response(stub, response))
+        self._start_call("JoinGroup", call, lambda response: self._on_join_response(stub, response))
         return Next.CONTINUE
 
     def _on_join_response(self, stub: Any, response: group_pb2.JoinGroupResponse) -> Next:
@@ -290,13 +374,23 @@ class GroupClient:
             },
         )
         with self.lock:
-            step = self.core.on_join_response(result)
+            step = self.core.on_join_response(result, _now_ms())
             leader = self.core.is_leader() and not result.skip_assignment
             topics = self.core.leader_topics() if leader else set(self.core.subscription)
+            self._wake.notify_all()  # heartbeats start now
         if step.next is not Next.CONTINUE:
             return step.next
-        counts = self._hooks.partition_counts(topics)
+        try:
+            counts = self._hooks.partition_counts(topics)
+        except errors.KafkaError as exc:
+            log.info("group %s: partition counts for the assignment: %s", self.config.group_id, exc)
+            with self.lock:
+                return self.core.on_call_failed("Metadata").next
         with self.lock:
+            if self.core.state is not MemberState.COMPLETING_REBALANCE or (
+                self.core.generation.generation_id != result.generation_id
+            ):
+                return Next.RETRY_NOW  # reset meanwhile (heartbeat error, poll timeout, close)
             assignments = self.core.compute_assignment(counts) if leader else {}
         request = group_pb2.SyncGroupRequest(
             group_id=self.config.group_id,
@@ -313,9 +407,9 @@ class GroupClient:
             request.group_instance_id = self.config.group_instance_id
         timeout_s = self.config.max_poll_interval_ms / 1000 + self._request_timeout_s
         call = stub.SyncGroup.future(request, timeout=timeout_s)
-        self._pending = (
+        self._start_call(
             "SyncGroup", call, lambda response: self._on_sync_response(response, result.generation_id, counts)
-        )  # fmt: skip
+        )
         return Next.CONTINUE
 
     def _on_sync_response(
@@ -327,15 +421,14 @@ class GroupClient:
             step, change = self.core.on_sync_response(
                 code, response.error.message, assignment, counts, _now_ms()
             )
-            self._wake.notify_all()  # heartbeats start now
+            if step.next is Next.CONTINUE:
+                self._changes.append(change)  # the consumer thread's next poll runs the callbacks
+            self._wake.notify_all()
         if step.next is Next.CONTINUE:
             log.info(
                 "group %s: generation %d, assigned %s", self.config.group_id, generation_id,
                 [f"{tp.topic}-{tp.partition}" for tp in assignment.partitions] if assignment else [],
             )  # fmt: skip
-            if change.revoked:
-                self._hooks.on_partitions_revoked(change)
-            self._hooks.on_partitions_assigned(change.added)
         return step.next
 
     def _on_rpc_error(self, api: str, exc: grpc.RpcError) -> Next:
@@ -360,6 +453,10 @@ class GroupClient:
 
     def _heartbeat_action(self, now: int) -> Callable[[], None] | None:
         core = self.core
+        pending = self._pending
+        if pending is not None and not self._answering and pending.call.done():
+            self._answering = True
+            return lambda: self._answer(pending)
         if core.poll_timeout_expired(now):
             log.warning(
                 "group %s: poll() not called for more than max.poll.interval.ms=%d; leaving the group",
@@ -425,6 +522,13 @@ class GroupClient:
             return
         if response.error.code != ErrorCode.NONE:
             log.info("group %s: LeaveGroup: %s", self.config.group_id, ErrorCode(response.error.code).name)
+
+    def unsubscribe(self) -> None:
+        """Out of the subscription: assignments not yet applied by a poll are dropped (the consumer
+        revokes what it has)."""
+        with self.lock:
+            self._changes = []
+            self.core.unsubscribe()
 
     def leave_group(self, reason: str) -> None:
         with self.lock:
@@ -621,21 +725,14 @@ class GroupClient:
     # ---- lifecycle ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        if self._pending is not None:
-            self._pending[1].cancel()
-            self._pending = None
         with self.lock:
             self._closed = True
+            pending = self._pending
             self._wake.notify_all()
+        if pending is not None:
+            pending.call.cancel()
         self._heartbeat_thread.join(timeout=self._request_timeout_s + 1)
 
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-def _wait(call: grpc.Future, deadline_ms: int) -> bool:
-    """Wait for ``call`` until ``deadline_ms``; True when it is done."""
-    done = threading.Event()
-    call.add_done_callback(lambda _call: done.set())
-    return done.wait(max(0, deadline_ms - _now_ms()) / 1000)

@@ -44,18 +44,20 @@ def coordinator(**config) -> ConsumerCoordinator:
     return core
 
 
-def join_ok(core: ConsumerCoordinator, generation: int, member: str = "m1", leader: str = "m1", **kw) -> None:
+def join_ok(
+    core: ConsumerCoordinator, generation: int, member: str = "m1", leader: str = "m1", now_ms: int = 0, **kw
+) -> None:
     core.prepare_join()
     request = core.join_request()
     members = {member: request.protocols[0][1]} if leader == member else {}
     result = JoinResult(
         ErrorCode.NONE, "", generation, member, leader, request.protocols[0][0], members=members, **kw
     )
-    assert core.on_join_response(result).next is Next.CONTINUE
+    assert core.on_join_response(result, now_ms).next is Next.CONTINUE
 
 
 def stable(core: ConsumerCoordinator, generation: int, partitions=(T0, T1), error: int = 0, now_ms: int = 0):
-    join_ok(core, generation)
+    join_ok(core, generation, now_ms=now_ms)
     step, change = core.on_sync_response(
         ErrorCode.NONE, "", Assignment(tuple(partitions), error), COUNTS, now_ms
     )
@@ -71,12 +73,12 @@ def test_first_join_member_id_required_then_leader_assigns() -> None:
     first = core.join_request()
     assert first.member_id == "" and [name for name, _ in first.protocols] == ["range", "cooperative-sticky"]
     assert core.state is MemberState.PREPARING_REBALANCE
-    step = core.on_join_response(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id="m1"))
+    step = core.on_join_response(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id="m1"), 0)
     assert (step.next, core.state, core.generation.member_id) == (Next.RETRY_NOW, MemberState.UNJOINED, "m1")
     assert core.join_request().member_id == "m1"
     sub = Subscription(("t",))
     result = JoinResult(ErrorCode.NONE, "", 1, "m1", "m1", "range", members={"m1": sub, "m2": sub})
-    assert core.on_join_response(result).next is Next.CONTINUE
+    assert core.on_join_response(result, 0).next is Next.CONTINUE
     assert core.is_leader() and core.leader_topics() == {"t"}
     assignments = core.compute_assignment(COUNTS)
     assert assignments["m1"].partitions == (T0, T1) and assignments["m2"].partitions == (T2, T3)
@@ -322,3 +324,48 @@ def test_resubscribing_keeps_the_generation_until_the_rebalance() -> None:
     core.invariants()
     assert core.prepare_join().revoked == (T0, T1)
     assert core.join_request().protocols[0][1].topics == ("u",)
+
+
+def test_heartbeats_from_the_join_answer_while_the_application_processes_records() -> None:
+    """KIP-62 (review F2): a cooperative member whose JoinGroup was answered heartbeats in its new
+    generation while COMPLETING_REBALANCE, so processing records for longer than session.timeout.ms
+    (within max.poll.interval.ms) does not get it expired; REBALANCE_IN_PROGRESS before STABLE is
+    ignored (the SyncGroup answer tells), as Kafka's HeartbeatResponseHandler does."""
+    core = coordinator(assignors=("cooperative-sticky",), max_poll_interval_ms=300_000)
+    stable(core, 1, now_ms=0)
+    core.request_rejoin("follow-up rebalance")
+    join_ok(core, 2, now_ms=1000)
+    assert core.state is MemberState.COMPLETING_REBALANCE
+    assert not core.heartbeat_due(1099) and core.heartbeat_due(1100), (
+        "the heartbeat timer starts at the answer"
+    )
+    sent = []
+    for now in range(1100, 21_000, 10):  # 20 s of processing; session.timeout.ms = 1 s
+        assert not core.session_expired(now) and not core.poll_timeout_expired(now)
+        if core.heartbeat_due(now):
+            sent.append(core.on_heartbeat_sent(now))
+            core.on_heartbeat_response(sent[-1], ErrorCode.NONE, "", now + 5)
+    assert len(sent) >= 190 and set(sent) == {Generation(2, "m1", "cooperative-sticky")}
+    core.on_heartbeat_response(core.on_heartbeat_sent(21_000), ErrorCode.REBALANCE_IN_PROGRESS, "", 21_005)
+    core.on_sync_response(ErrorCode.NONE, "", Assignment((T0, T1)), COUNTS, 21_010)
+    assert core.state is MemberState.STABLE and not core.rejoin_needed
+    core.on_heartbeat_response(core.on_heartbeat_sent(21_010), ErrorCode.REBALANCE_IN_PROGRESS, "", 21_015)
+    assert core.rejoin_needed, "once STABLE, REBALANCE_IN_PROGRESS rejoins"
+
+
+def test_a_member_waiting_for_its_join_answer_neither_heartbeats_nor_times_out() -> None:
+    """Review F3 (Kafka: the heartbeat thread is disabled until the JoinGroup answer): an EAGER member
+    whose JoinGroup the coordinator holds longer than max.poll.interval.ms does not leave the group;
+    its poll timer starts again at the JoinGroup answer."""
+    core = coordinator(max_poll_interval_ms=1000)
+    stable(core, 1, now_ms=0)
+    core.request_rejoin("rebalance")
+    assert core.prepare_join().revoked == (T0, T1)
+    core.join_request()
+    assert core.state is MemberState.PREPARING_REBALANCE
+    for now in (1001, 5000, 60_000):
+        assert not core.poll_timeout_expired(now) and not core.heartbeat_due(now)
+        assert not core.session_expired(now)
+    result = JoinResult(ErrorCode.NONE, "", 2, "m1", "m2", "range")
+    assert core.on_join_response(result, 60_000).next is Next.CONTINUE
+    assert not core.poll_timeout_expired(61_000) and core.poll_timeout_expired(61_001)

@@ -21,6 +21,7 @@ import pytest
 
 from proto.errors import ErrorCode
 from pykraft.consumer import CommitFailedError, Consumer, NoOffsetForPartitionError
+from pykraft.consumer_coordinator import MemberState
 from pykraft.producer import Producer
 from pykraft.types import ConsumerRecord, TopicPartition
 from tests.unit.pykraft.fake_brokers import FakeCluster
@@ -439,3 +440,80 @@ def test_commits_carry_the_leader_epoch_and_resume_with_it(cluster: FakeCluster)
         records = poll_until(resumed, lambda r: len(r) >= 2, "the records again from the divergence")
         assert [r.offset for r in records] == [0, 1]
         assert [(t.position, t.divergent_offset) for t in resumed.truncations] == [(1, 0)]
+
+
+def test_cooperative_member_busy_during_a_rebalance_is_not_expired(cluster: FakeCluster) -> None:
+    """KIP-62 (review F2): a cooperative member whose poll() sent its JoinGroup and returned then
+    processes records for longer than session.timeout.ms (well within max.poll.interval.ms). Its
+    heartbeat thread handles the JoinGroup answer, sends the SyncGroup (it leads: it assigns) and
+    heartbeats in the new generation, so the coordinator keeps it; on_assign / on_revoke wait for
+    the next poll and run on the consumer's thread."""
+    produce(cluster, 5)
+    coop = {"partition_assignment_strategy": ["cooperative-sticky"]}
+    callbacks: list[tuple[str, list[TopicPartition], threading.Thread]] = []
+
+    def on(kind: str) -> Callable[[list[TopicPartition]], None]:
+        return lambda partitions: callbacks.append((kind, partitions, threading.current_thread()))
+
+    first = Consumer(cluster.bootstrap, group_id=GROUP, auto_offset_reset="earliest", **FAST, **coop)
+    second = None
+    try:
+        first.subscribe([TOPIC], on_assign=on("assign"), on_revoke=on("revoke"))
+        wait_for(lambda: (first.poll(100), first.assignment() == tps(0, 1, 2, 3))[1], "first owns all")
+        core = first._group.core
+        member_id, generation = first.member_id(), first.generation_id()
+        second = Member(cluster, **coop)
+        # The application polls until a poll sent a JoinGroup (the newcomer's or the cooperative
+        # follow-up rebalance), then processes records for three session timeouts without polling.
+        wait_for(lambda: (first.poll(100), core.state is not MemberState.STABLE)[1], "first rejoining")
+        seen = len(callbacks)
+        time.sleep(3 * FAST["session_timeout_ms"] / 1000)
+        with cluster.group.lock:
+            group = cluster.group.groups[GROUP]
+            assert member_id in group.members, "expired while processing (no heartbeat after JoinGroup)"
+            assert group.generation > generation and group.state == "Stable", (group.generation, group.state)
+            assert core.generation.generation_id == group.generation
+        assert core.state is MemberState.STABLE, "the SyncGroup answer was applied without a poll"
+        assert len(callbacks) == seen, "on_revoke/on_assign run inside poll(), not on the heartbeat thread"
+        wait_for(lambda: (first.poll(100), len(callbacks) > seen)[1], "the deferred callbacks")
+        wait_for(lambda: (first.poll(100), len(second.assignment()) == 2)[1], "a 2-2 split")
+        assert first.assignment() | second.assignment() == tps(0, 1, 2, 3) and len(first.assignment()) == 2
+        assert [p for kind, ps, _ in callbacks if kind == "revoke" for p in ps] == sorted(
+            second.assignment(), key=lambda tp: tp.partition
+        )
+        assert {thread for _, _, thread in callbacks} == {threading.current_thread()}
+        assert first.member_id() == member_id and second.error is None
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
+def test_member_waiting_inside_poll_for_a_long_join_does_not_leave(cluster: FakeCluster) -> None:
+    """Review F3 (Kafka: the poll timer runs only from the JoinGroup answer on): an EAGER member inside
+    poll(timeout) whose JoinGroup the coordinator holds longer than its max.poll.interval.ms (another
+    member does not rejoin) sends no LeaveGroup for itself and keeps its member id."""
+    cluster.group.join_timeout_s = 2.0
+    a = Consumer(
+        cluster.bootstrap, group_id=GROUP, auto_offset_reset="earliest", **FAST, max_poll_interval_ms=800
+    )
+    stuck = Member(cluster)
+    newcomer = None
+    try:
+        a.subscribe([TOPIC])
+        wait_for(lambda: (a.poll(100), bool(a.assignment()) and bool(stuck.assignment()))[1], "a 2-way split")
+        member_id = a.member_id()
+        stuck.pause_polling()  # it will not rejoin: the coordinator holds the JoinGroup for 2 s
+        newcomer = Member(cluster)
+        started = time.monotonic()
+        wait_for(
+            lambda: (a.poll(3000), bool(newcomer.assignment()) and bool(a.assignment()))[1], "rebalanced"
+        )
+        assert time.monotonic() - started > 0.8, "the JoinGroup was held longer than max.poll.interval.ms"
+        assert ("LeaveGroup", member_id) not in cluster.group.calls
+        assert a.member_id() == member_id
+    finally:
+        a.close()
+        stuck.close()
+        if newcomer is not None:
+            newcomer.close()
