@@ -99,46 +99,55 @@ class RunResult:
 def run_chaos(data_dir: Path, config: RunConfig, log: Callable[[str], None] = print) -> RunResult:
     started = time.monotonic()
     history = History()
-    problems: list[str] = []
-    with chaos_cluster(data_dir, **config.overrides) as cluster:
-        log(f"cluster up in {time.monotonic() - started:.0f} s; bootstrap {cluster.bootstrap}")
-        configs = {k.replace(".", "_"): v for k, v in config.topic_configs.items()}
-        cluster.create_topic(TOPIC, partitions=config.partitions, **configs)
-        check_proxy_sees_nodes(cluster)
-        topic = TopicState(TOPIC, config.partitions)
-        producers = [ProducerWorker(i, history, cluster.bootstrap, topic, config.rate_per_s,
-                                    config.producer_options) for i in range(config.producers)]  # fmt: skip
-        consumer_class = GroupConsumerWorker if config.groups else ConsumerWorker
-        consumers = [consumer_class(i, history, cluster.bootstrap, topic) for i in range(config.consumers)]
-        admin = AdminWorker(history, cluster.cluster.controller_addresses)
-        workers = [*producers, *consumers, admin]
-        for w in workers:
-            w.start()
-        try:
-            acked = lambda: history.count("send")  # noqa: E731
-            wait_for(lambda: acked() >= 10, 60, "the first acknowledged writes")
-            log(f"workload running; faults for {config.duration_s:.0f} s")
-            if config.schedule is not None:
-                config.schedule(cluster, history, TOPIC, acked)
-            else:
-                run_nemesis(cluster, history, config, admin, topic, problems)
-            heal_everything(cluster)
-            if not wait_recovered(cluster):
-                problems.append("the cluster did not become healthy within 60 s after the last heal")
-            more = acked() + 20
-            wait_for(lambda: acked() >= more, 60, "writes acknowledged after the heal")
-            stop([*producers, admin])
-            log("writers stopped; final read")
-            problems += final_read(cluster, history, topic)
-            if config.groups:  # at-least-once end to end: the group consumes every record
-                problems += drain(history)
-        finally:
-            stop(workers)
-        problems += [f"{w.process} failed: {w.error!r}" for w in workers if w.error is not None]
-        problems += [f"{w.process} did not stop" for w in workers if w.is_alive()]
+    try:
+        with chaos_cluster(data_dir, **config.overrides) as cluster:
+            log(f"cluster up in {time.monotonic() - started:.0f} s; bootstrap {cluster.bootstrap}")
+            problems = run_workload(cluster, history, config, log)
+    finally:  # kept for a look at what happened, also when the harness itself failed
+        history.write_jsonl(data_dir / "history.jsonl")
     ops = history.ops()
-    history.write_jsonl(data_dir / "history.jsonl")
     return RunResult(ops, check(ops), report.figures(ops, TOPIC), problems, time.monotonic() - started)
+
+
+def run_workload(cluster: ChaosCluster, history: History, config: RunConfig,
+                 log: Callable[[str], None]) -> list[str]:  # fmt: skip
+    """The workload under the nemesis, the heal, the final read; returns the harness problems."""
+    problems: list[str] = []
+    configs = {k.replace(".", "_"): v for k, v in config.topic_configs.items()}
+    cluster.create_topic(TOPIC, partitions=config.partitions, **configs)
+    check_proxy_sees_nodes(cluster)
+    topic = TopicState(TOPIC, config.partitions)
+    producers = [ProducerWorker(i, history, cluster.bootstrap, topic, config.rate_per_s,
+                                config.producer_options) for i in range(config.producers)]  # fmt: skip
+    consumer_class = GroupConsumerWorker if config.groups else ConsumerWorker
+    consumers = [consumer_class(i, history, cluster.bootstrap, topic) for i in range(config.consumers)]
+    admin = AdminWorker(history, cluster.cluster.controller_addresses)
+    workers = [*producers, *consumers, admin]
+    for w in workers:
+        w.start()
+    try:
+        acked = lambda: history.count("send")  # noqa: E731
+        wait_for(lambda: acked() >= 10, 60, "the first acknowledged writes")
+        log(f"workload running; faults for {config.duration_s:.0f} s")
+        if config.schedule is not None:
+            config.schedule(cluster, history, TOPIC, acked)
+        else:
+            run_nemesis(cluster, history, config, admin, topic, problems)
+        heal_everything(cluster)
+        if not wait_recovered(cluster):
+            problems.append("the cluster did not become healthy within 60 s after the last heal")
+        more = acked() + 20
+        wait_for(lambda: acked() >= more, 60, "writes acknowledged after the heal")
+        stop([*producers, admin])
+        log("writers stopped; final read")
+        problems += final_read(cluster, history, topic)
+        if config.groups:  # at-least-once end to end: the group consumes every record
+            problems += drain(history)
+    finally:
+        stop(workers)
+    problems += [f"{w.process} failed: {w.error!r}" for w in workers if w.error is not None]
+    problems += [f"{w.process} did not stop" for w in workers if w.is_alive()]
+    return problems
 
 
 def stop(workers: list) -> None:
