@@ -2,9 +2,11 @@
 partitions this broker leads, their loading and unloading, and what is stored in the log.
 
 - ``begin_loading`` / ``replay`` / ``complete_loading`` (this broker became leader of a partition:
-  its log is replayed in order; requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS until
-  done) and ``unload`` (leadership moved: parked requests answer NOT_COORDINATOR, groups are
-  forgotten);
+  its log is replayed in order into a staging map of that partition, apart from ``groups``; as in
+  Kafka's ``doLoadGroupsAndOffsets`` the loaded groups join ``groups`` only in ``complete_loading``,
+  so until then timers, requests (COORDINATOR_LOAD_IN_PROGRESS), ListGroups and DescribeGroups
+  do not see them) and ``unload`` (leadership moved: parked requests answer NOT_COORDINATOR, the
+  partition's groups, loaded or still loading, are forgotten);
 - appends: ``_append`` returns an ``Append`` in the ``Effects``; the driver appends it with acks=all
   and reports back with ``complete_append``, which runs the continuation given with it (group
   metadata after a rebalance, offsets after a commit, tombstones after a delete);
@@ -123,6 +125,8 @@ class GroupMetadataManager:
         self.groups: dict[str, GroupMetadata] = {}
         self.loaded: set[int] = set()
         self.loading: set[int] = set()
+        # The groups replayed so far per partition still loading; invisible until complete_loading.
+        self._loading_groups: dict[int, dict[str, GroupMetadata]] = {}
         self._appends: dict[int, AppendDone] = {}
         self._next_append_id = 0
 
@@ -137,14 +141,21 @@ class GroupMetadataManager:
         fx = self.unload(partition) if partition in self.loaded | self.loading else Effects()
         self.partition_count = partition_count
         self.loading.add(partition)
+        self._loading_groups[partition] = {}
         return fx
 
     def replay(self, partition: int, record: OffsetsRecord) -> None:
-        """Apply one record of the partition's log, in log order (a null value is a tombstone)."""
+        """Apply one record of the partition's log, in log order (a null value is a tombstone), to
+        the partition's staging map (``groups`` is untouched until ``complete_loading``)."""
         assert partition in self.loading, f"replay into partition {partition} that is not loading"
-        group = self.groups.get(record.group)
+        assert self.partition_of(record.group) == partition, (
+            f"group {record.group!r} belongs to offsets partition {self.partition_of(record.group)}, "
+            f"not {partition}"
+        )
+        staged = self._loading_groups[partition]
+        group = staged.get(record.group)
         if group is None:
-            group = self.groups[record.group] = GroupMetadata(record.group)
+            group = staged[record.group] = GroupMetadata(record.group)
         if isinstance(record, OffsetCommitRecord):
             if record.value is None:
                 group.offsets.pop((record.topic, record.partition), None)
@@ -174,22 +185,22 @@ class GroupMetadataManager:
                 fresh.add(member)
             fresh.leader_id = value.leader if value.leader in fresh.members else fresh.leader_id
             fresh.state = S.STABLE if fresh.members else S.EMPTY
-        self.groups[record.group] = fresh
+        staged[record.group] = fresh
 
     def complete_loading(self, partition: int, now_ms: int) -> None:
-        """Loaded groups with members are Stable (their members get a fresh session), others Empty."""
+        """The staged groups join ``groups``: those with members are Stable (their members get a
+        fresh session from ``now_ms``), others Empty; groups with only tombstones left are dropped."""
         assert partition in self.loading, f"partition {partition} is not loading"
         self.loading.discard(partition)
         self.loaded.add(partition)
-        for group_id, group in list(self.groups.items()):
-            if self.partition_of(group_id) != partition:
-                continue
+        for group_id, group in self._loading_groups.pop(partition).items():
             if not group.members and not group.offsets and group.protocol_type is None:
-                del self.groups[group_id]  # only tombstones were left
-                continue
+                continue  # only tombstones were left
+            assert group_id not in self.groups, f"group {group_id!r} exists while its partition loads"
             group.state = S.STABLE if group.members else S.EMPTY
             for member in group.members.values():
                 member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+            self.groups[group_id] = group
         self.invariants()
 
     def unload(self, partition: int) -> Effects:
@@ -197,6 +208,7 @@ class GroupMetadataManager:
         fx = Effects()
         self.loaded.discard(partition)
         self.loading.discard(partition)
+        self._loading_groups.pop(partition, None)  # a load in progress is discarded
         message = f"offsets partition {partition} moved to another broker; find the coordinator again"
         for group_id, group in list(self.groups.items()):
             if self.partition_of(group_id) != partition:
@@ -303,9 +315,7 @@ class GroupMetadataManager:
 
     def handle_list_groups(self, states_filter: tuple[str, ...]) -> list[ListedGroup]:
         listed = []
-        for group_id, group in sorted(self.groups.items()):
-            if self.partition_of(group_id) not in self.loaded:
-                continue
+        for group_id, group in sorted(self.groups.items()):  # only loaded partitions' groups (invariants)
             if states_filter and group.state.value not in states_filter:
                 continue
             listed.append(ListedGroup(group_id, group.protocol_type or "", group.state.value))
@@ -347,17 +357,19 @@ class GroupMetadataManager:
         return {
             group_id: {tp: value.offset for tp, value in group.offsets.items() if value.offset != NO_OFFSET}
             for group_id, group in self.groups.items()
-            if self.partition_count is not None and self.partition_of(group_id) in self.loaded
         }
 
     def invariants(self) -> None:
         parked: list[int] = []
         for group_id, group in self.groups.items():
             group.invariants()
-            assert self.partition_of(group_id) in self.loaded | self.loading, (
-                f"group {group_id} lives in partition {self.partition_of(group_id)}, not led here"
+            assert self.partition_of(group_id) in self.loaded, (
+                f"group {group_id} lives in partition {self.partition_of(group_id)}, not loaded here"
             )
             assert group.generation_id >= 0 or group.generation_id == NO_GENERATION
             for m in group.members.values():
                 parked.extend(r for r in (m.awaiting_join, m.awaiting_sync) if r is not None)
         assert len(parked) == len(set(parked)), f"a request is parked twice: {sorted(parked)}"
+        assert set(self._loading_groups) == self.loading, (
+            f"staging maps {sorted(self._loading_groups)} != loading partitions {sorted(self.loading)}"
+        )

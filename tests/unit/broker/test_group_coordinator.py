@@ -27,7 +27,7 @@ from broker.group_metadata import (
     java_string_hash,
     partition_for,
 )
-from broker.group_requests import JoinGroupResponse
+from broker.group_requests import JoinGroupResponse, OffsetFetchRequest
 from proto.errors import ErrorCode as E
 
 S = GroupState
@@ -609,6 +609,65 @@ def test_reload_from_records_restores_groups_and_offsets() -> None:
     assert fresh.heartbeat(follower, 1) == E.NONE
     fresh.advance(SESSION_MS + 1)  # nobody heartbeats: both expire, the group empties
     assert fresh.state() in (S.PREPARING_REBALANCE, S.EMPTY)
+
+
+def _loading_copy(h: Harness, partition: int) -> Harness:
+    """A second coordinator that has begun loading ``partition`` and replayed ``h``'s records for it
+    (the failover of ``h``'s broker), with the load not completed yet."""
+    fresh = Harness(now_ms=h.now_ms)
+    fresh.apply(fresh.core.unload(partition))
+    fresh.apply(fresh.core.begin_loading(partition, PARTITIONS))
+    for append in h.appended:
+        for record in append.records:
+            if append.partition == partition:
+                fresh.core.replay(partition, record)
+    return fresh
+
+
+def test_groups_being_loaded_are_invisible_until_the_load_completes() -> None:
+    """Kafka's GroupMetadataManager.doLoadGroupsAndOffsets replays into local maps and adds the groups
+    to the cache only when the partition is loaded (then onGroupLoaded schedules the heartbeats): a
+    timer firing between two chunks of the load (review R2) must neither expire the replayed members
+    nor append a record to the partition being loaded; requests answer COORDINATOR_LOAD_IN_PROGRESS,
+    ListGroups does not show the group. The failover keeps the members and their generation."""
+    h = Harness()
+    leader, follower = h.stable_group(2)
+    partition = h.core.partition_of(GROUP)
+    fresh = _loading_copy(h, partition)
+    assert fresh.core.next_deadline_ms() is None
+    fresh.now_ms += 10 * SESSION_MS  # the timer fires mid-load, long after the records were written
+    fresh.apply(fresh.core.tick(fresh.now_ms))
+    assert fresh.appended == [] and fresh.answers == {}
+    assert fresh.heartbeat(follower, 1) == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert fresh.answers[fresh.join(member_id=leader)].error.code == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert fresh.answers[fresh.sync(leader, 1)].error.code == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert fresh.core.handle_describe_group(GROUP).error.code == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert fresh.core.handle_list_groups(()) == [] and fresh.core.committed_offsets() == {}
+    assert fresh.appended == [] and GROUP not in fresh.core.groups
+
+    fresh.core.complete_loading(partition, fresh.now_ms)
+    g = fresh.core.groups[GROUP]
+    assert g.state is S.STABLE and g.generation_id == 1 and set(g.members) == {leader, follower}
+    assert fresh.core.next_deadline_ms() == fresh.now_ms + SESSION_MS  # sessions start at the load
+    assert fresh.heartbeat(leader, 1) == E.NONE and fresh.heartbeat(follower, 1) == E.NONE
+    assert [x.group_id for x in fresh.core.handle_list_groups(())] == [GROUP]
+
+
+def test_unload_during_a_load_discards_the_replayed_groups() -> None:
+    """Kafka's removeGroupsForPartition also cancels a load in progress: nothing replayed before the
+    unload may surface in a later load of the same partition."""
+    h = Harness()
+    (leader,) = h.stable_group(1)
+    h.commit(leader, 1, {("t", 0): 5})
+    partition = h.core.partition_of(GROUP)
+    fresh = _loading_copy(h, partition)
+    fresh.apply(fresh.core.unload(partition))
+    assert fresh.answers == {}
+    assert fresh.heartbeat("any", 1) == E.NOT_COORDINATOR
+    fresh.apply(fresh.core.begin_loading(partition, PARTITIONS))
+    fresh.core.complete_loading(partition, fresh.now_ms)  # an empty log this time
+    assert GROUP not in fresh.core.groups and fresh.core.handle_describe_group(GROUP).group_state == "Dead"
+    assert fresh.core.handle_offset_fetch(OffsetFetchRequest(GROUP, None)).partitions == {}
 
 
 def _delete_group(h: Harness, group: str) -> None:
