@@ -150,7 +150,7 @@ class Nemesis(threading.Thread):
         self.history.add("nemesis", "fault", OK, start, value)
         time.sleep(fault.fault_s)  # a stop request ends the schedule after this fault, not during it
         start = self.history.now()
-        heal(self.cluster, fault)
+        heal(self.cluster, fault, self.rng)
         self.history.add("nemesis", "heal", OK, start, value)
         if not self.overlap:
             wait_recovered(self.cluster, self.stopping.is_set)
@@ -168,11 +168,11 @@ def apply(cluster: ChaosCluster, fault: Fault) -> None:
             cluster.pause(name)
 
 
-def heal(cluster: ChaosCluster, fault: Fault) -> None:
+def heal(cluster: ChaosCluster, fault: Fault, rng: random.Random) -> None:
     if fault.pairs:
         cluster.proxy.heal()
     elif fault.kind.startswith("kill"):
-        for name in random.sample(fault.nodes, len(fault.nodes)):
+        for name in rng.sample(fault.nodes, len(fault.nodes)):  # the restart order, seeded
             cluster.restart(name)
     else:
         for name in fault.nodes:
