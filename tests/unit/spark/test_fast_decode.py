@@ -72,7 +72,9 @@ SHAPES = {
     ],
     "one-record": [fixed(1, 5)],
     # the value length lies past each record's first WINDOW bytes: decoded from the fetch buffer
-    "keys-push-value-length-out-of-the-window": [[(b"k" * 30, b"v" * 40, (), BASE_TS + i) for i in range(100)]],
+    "keys-push-value-length-out-of-the-window": [
+        [(b"k" * 30, b"v" * 40, (), BASE_TS + i) for i in range(100)]
+    ],
     # 8-byte timestamp delta varints fill most of the window
     "huge-timestamp-deltas": [[(b"k", b"x" * 20, (), (i % 2) * 2**50) for i in range(200)]],
     # many batches of one shape: the reused layout holds, per-batch values reach every record
