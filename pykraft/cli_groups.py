@@ -27,8 +27,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from proto import errors
+from pykraft.assignors import tp_key
 from pykraft.cli_admin import EXIT_ERROR, UsageError, _common, _print_json, _run, _table
-from pykraft.group_admin import ConsumerGroupDescription, tp_order
+from pykraft.group_admin import ConsumerGroupDescription
 from pykraft.types import TopicPartition
 
 NONE_SHOWN = "-"
@@ -124,7 +125,7 @@ def _offset_rows(admin: Any, description: ConsumerGroupDescription) -> list[dict
     """One row per partition that is committed or assigned (Kafka's tool shows both)."""
     committed = admin.list_consumer_group_offsets(description.group_id)
     owner = {tp: m for m in description.members for tp in m.assignment}
-    partitions = sorted(set(committed) | set(owner), key=tp_order)
+    partitions = sorted(set(committed) | set(owner), key=tp_key)
     ends = admin.list_offsets(partitions, "latest") if partitions else {}
     rows = []
     for tp in partitions:
@@ -194,7 +195,7 @@ def _reset_offsets(admin: Any, args: argparse.Namespace) -> int:
     plan = _plan(admin, args, partitions, committed)
     if args.execute:
         admin.alter_consumer_group_offsets(group, plan)
-    ordered = [(tp, plan[tp]) for tp in sorted(plan, key=tp_order)]
+    ordered = [(tp, plan[tp]) for tp in sorted(plan, key=tp_key)]
     if args.json:
         offsets = [{"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in ordered]
         _print_json({"group": group, "executed": args.execute, "offsets": offsets})
@@ -212,7 +213,7 @@ def _scope(
     if args.all_topics:
         if not committed:
             raise UsageError("the group has no committed offsets: name the topics with --topic")
-        return sorted(committed, key=tp_order)
+        return sorted(committed, key=tp_key)
     out: list[TopicPartition] = []
     for item in args.topic:
         topic, _, plist = item.partition(":")
@@ -226,7 +227,7 @@ def _scope(
         if description.error is not None:
             raise description.error
         out += [TopicPartition(topic, p.partition) for p in description.partitions]
-    return sorted(set(out), key=tp_order)
+    return sorted(set(out), key=tp_key)
 
 
 def _plan(

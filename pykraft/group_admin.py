@@ -34,7 +34,9 @@ import grpc
 
 from proto import broker_pb2, errors, group_pb2
 from proto.errors import ErrorCode
+from pykraft.assignors import tp_key
 from pykraft.connection import Connections, describe_rpc_error, fetch_metadata, parse_bootstrap
+from pykraft.group_client import decode_assignment, decode_subscription
 from pykraft.types import TopicPartition
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -88,24 +90,13 @@ class OffsetAndMetadata:
     metadata: str = ""
 
 
-def decode_assignment(data: bytes) -> tuple[TopicPartition, ...]:
-    """A member's ConsumerProtocolAssignment bytes -> its partitions (empty bytes: none yet)."""
-    message = group_pb2.ConsumerProtocolAssignment.FromString(data)
-    return tuple(
-        sorted(
-            (TopicPartition(tps.topic, p) for tps in message.assigned_partitions for p in tps.partitions),
-            key=tp_order,
-        )
-    )
+def member_partitions(assignment: bytes) -> tuple[TopicPartition, ...]:
+    """A member's ConsumerProtocolAssignment bytes -> its partitions, sorted (empty bytes: none yet)."""
+    return tuple(sorted(decode_assignment(assignment).partitions, key=tp_key))
 
 
-def tp_order(tp: TopicPartition) -> tuple[str, int]:
-    """Sort key of a TopicPartition (topic, then partition)."""
-    return (tp.topic, tp.partition)
-
-
-def decode_subscription(data: bytes) -> tuple[str, ...]:
-    return tuple(group_pb2.ConsumerProtocolSubscription.FromString(data).topics)
+def member_topics(subscription: bytes) -> tuple[str, ...]:
+    return decode_subscription(subscription, None).topics
 
 
 class GroupAdmin:
@@ -226,8 +217,8 @@ class GroupAdmin:
                 m.group_instance_id if m.HasField("group_instance_id") else None,
                 m.client_id,
                 m.client_host,
-                decode_assignment(m.member_assignment),
-                decode_subscription(m.member_metadata),
+                member_partitions(m.member_assignment),
+                member_topics(m.member_metadata),
             )
             for m in g.members
         )
@@ -297,7 +288,7 @@ class GroupAdmin:
     ) -> dict[TopicPartition, int]:
         """``"earliest"`` (log start), ``"latest"`` (HW) or a timestamp in ms (first offset at or after
         it; the HW when there is none, as Kafka's reset tool does) for each partition, from its leader."""
-        tps = sorted(set(partitions), key=tp_order)
+        tps = sorted(set(partitions), key=tp_key)
         out: dict[TopicPartition, int] = {}
         for remaining in self._deadline_loop("ListOffsets"):
             pending = [tp for tp in tps if tp not in out]
@@ -362,6 +353,6 @@ class GroupAdmin:
 
 def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
-    for tp in sorted(set(tps), key=tp_order):
+    for tp in sorted(set(tps), key=tp_key):
         out.setdefault(tp.topic, []).append(tp.partition)
     return out

@@ -21,8 +21,8 @@ from pykraft.group_admin import (
     GroupListing,
     MemberDescription,
     OffsetAndMetadata,
-    decode_assignment,
-    decode_subscription,
+    member_partitions,
+    member_topics,
 )
 from pykraft.types import TopicPartition
 
@@ -198,6 +198,6 @@ def test_consumer_protocol_bytes_decode_for_describe():
         assigned_partitions=[group_pb2.TopicPartitions(topic="orders", partitions=[2, 0])]
     ).SerializeToString()
     subscription = group_pb2.ConsumerProtocolSubscription(topics=["orders", "audit"]).SerializeToString()
-    assert decode_assignment(assignment) == (T0, T2)
-    assert decode_assignment(b"") == ()
-    assert decode_subscription(subscription) == ("orders", "audit")
+    assert member_partitions(assignment) == (T0, T2)
+    assert member_partitions(b"") == ()
+    assert member_topics(subscription) == ("orders", "audit")
