@@ -107,7 +107,7 @@ def _load_segment(
     """Open one segment; scan and repair it when asked to, or when its indexes cannot be trusted."""
     segment = LogSegment.open(directory, base_offset, config.index_interval_bytes, now_ms)
     if must_scan or not segment.load_indexes():
-        result = segment.recover(config.max_message_bytes)
+        result = segment.recover()  # structure only: never a topic config
         # After a clean stop the recovery point is the LEO: the rebuilt indexes must be durable.
         segment.flush(fsync=loaded.had_clean_shutdown)
         loaded.recovered_segments += 1

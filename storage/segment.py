@@ -313,13 +313,17 @@ class LogSegment:
 
     # --------------------------------------------------------------------------------------- recovery
 
-    def recover(self, max_message_bytes: int) -> RecoveryResult:
-        """Validate every batch, truncate at the first bad one, rebuild the indexes."""
+    def recover(self) -> RecoveryResult:
+        """Validate every batch, truncate at the first bad one, rebuild the indexes.
+
+        Only the structure decides what is corrupt (Kafka's ``LogSegment.recover``): never a topic
+        config such as max.message.bytes, which may have been lowered after a batch was written under a
+        larger limit (or a batch may have been replicated from a leader with another limit)."""
         self.offset_index.reset()
         self.time_index.reset()
         self.next_offset, self.size_bytes = self.base_offset, 0
         self._reset_tail_state()
-        valid_end, batches, epoch_starts = self._scan_valid(max_message_bytes)
+        valid_end, batches, epoch_starts = self._scan_valid()
         file_size = os.fstat(self._fd).st_size
         if valid_end < file_size:
             os.ftruncate(self._fd, valid_end)
@@ -342,8 +346,9 @@ class LogSegment:
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = batch.max_timestamp
 
-    def _scan_valid(self, max_message_bytes: int):
-        """(end of the valid prefix, its batches, epoch starts): CRC, magic, sizes and offset order."""
+    def _scan_valid(self):
+        """(end of the valid prefix, its batches, epoch starts): CRC, magic, offset order, and sizes
+        within the file (``validate_batch`` refuses a batch whose length runs past the end)."""
         batches: list[AppendedBatch] = []
         epoch_starts: list[tuple[int, int]] = []
         file_size = os.fstat(self._fd).st_size
@@ -358,7 +363,7 @@ class LogSegment:
                         header = validate_batch(view, position)
                     except CorruptRecordError:
                         break
-                    if header.base_offset < next_offset or header.size_in_bytes > max_message_bytes:
+                    if header.base_offset < next_offset:
                         break
                     if header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
                         break

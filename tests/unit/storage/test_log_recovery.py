@@ -230,3 +230,28 @@ def test_hole_in_flushed_segments_is_a_storage_error(open_log) -> None:
         errors.KafkaStorageError, match="segment 12 ends at offset 18 but the next segment starts at 24"
     ):
         open_log(CONFIG, directory)
+
+
+def test_recovery_ignores_max_message_bytes(open_log) -> None:
+    """Kafka's LogSegment.recover checks structure only (CRC, offsets, sizes within the segment): a batch
+    written under a larger max.message.bytes (or replicated) is valid data after the limit is lowered,
+    and an unclean restart must keep it and everything after it (issue 14, defect 2)."""
+    big = make_batch(1, value_size=900_000)
+    config = LogConfig(segment_bytes=2 * len(big), max_message_bytes=1_000_000)
+    log = open_log(config)
+    log.append_as_leader(make_batch(3), 0)
+    log.append_as_leader(big, 0)
+    for i in range(4):  # rolls: the big batches end up in older, unflushed segments
+        log.append_as_leader(big if i == 1 else make_batch(3), 0)
+    log.update_high_watermark(log.log_end_offset)
+    before = (log.log_end_offset, log.segment_base_offsets, batch_offsets(log.read(0, 1 << 24)))
+    directory = log.directory
+    for segment in log._segments:  # killed: no flush, no clean shutdown marker
+        segment.close()
+    lowered = LogConfig(segment_bytes=2 * len(big), max_message_bytes=500_000)
+    again = open_log(lowered, directory)
+    assert not again.load_result.had_clean_shutdown and again.load_result.recovered_segments >= 2
+    assert again.load_result.truncated_bytes == 0
+    after = (again.log_end_offset, again.segment_base_offsets, batch_offsets(again.read(0, 1 << 24)))
+    assert after == before
+    again.invariants()

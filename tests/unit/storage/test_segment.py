@@ -153,7 +153,7 @@ def test_recover_rebuilds_indexes_and_reports_epochs(segment: LogSegment) -> Non
     keys, positions = list(segment.offset_index.keys), list(segment.offset_index.values)
     with open(segment.log_path, "ab") as file:
         file.write(make_batch(3)[:20])
-    result = segment.recover(max_message_bytes=1 << 20)
+    result = segment.recover()
     assert result.truncated_bytes == 20
     assert result.epoch_starts == ((0, 100),)
     assert (segment.offset_index.keys, segment.offset_index.values) == (keys, positions)
@@ -171,10 +171,13 @@ def test_recover_rebuilds_indexes_and_reports_epochs(segment: LogSegment) -> Non
 )
 def test_recover_stops_at_first_invalid_batch(segment: LogSegment, damage, valid_batches: int) -> None:
     segment.log_path.write_bytes(damage(segment.log_path.read_bytes()))
-    segment.recover(max_message_bytes=1 << 20)
+    segment.recover()
     assert (segment.size_bytes, segment.next_offset) == (valid_batches * ONE, BASE + 3 * valid_batches)
 
 
-def test_recover_drops_batches_over_max_message_bytes(segment: LogSegment) -> None:
-    segment.recover(max_message_bytes=ONE - 1)
-    assert (segment.size_bytes, segment.next_offset) == (0, BASE)
+def test_recover_keeps_batches_larger_than_any_topic_limit(segment: LogSegment) -> None:
+    """Recovery has no size limit of its own: a batch is valid when it is whole and its CRC matches."""
+    with open(segment.log_path, "ab") as file:
+        file.write(make_batch(1, value_size=2_000_000, base_offset=118))
+    result = segment.recover()
+    assert (result.truncated_bytes, segment.next_offset) == (0, 119)
