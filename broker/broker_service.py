@@ -11,7 +11,8 @@ in ``broker.replica_manager`` and the cores it drives:
   broker's ``request.timeout.ms`` when the client sends none), NOT_LEADER_OR_FOLLOWER if leadership
   is lost meanwhile.
 - Fetch reads ``[log start, HW)`` from the leader, long-polls (woken when the HW moves), and answers
-  OFFSET_OUT_OF_RANGE with the valid range in ``log_start_offset``/``high_watermark``.
+  OFFSET_OUT_OF_RANGE only outside ``[log start, LEO]`` (a position between the HW and the LEO gets
+  an empty answer), with ``log_start_offset``/``high_watermark`` in the answer.
 - ListOffsets: EARLIEST = log start offset, LATEST = HW, TIMESTAMP from the time index.
 - InitProducerId hands out a producer id from a block the controller allocated
   (``broker.producer_ids``); the partition leaders deduplicate by it (``broker.producer_state``).

@@ -366,10 +366,15 @@ class Partition:
     ) -> ConsumerFetchResult:
         """One partition of a consumer fetch: fence, detect truncation (KIP-320), check the range.
 
-        Consumers read ``[log_start_offset, high_watermark)``: a fetch offset outside
-        ``[log_start_offset, high_watermark]`` gets OFFSET_OUT_OF_RANGE with the valid range in the
-        result. With ``last_fetched_epoch`` the consumer learns through ``diverging_epoch`` that the
-        records it read past the leader's end of that epoch were truncated.
+        Consumers read ``[log_start_offset, high_watermark)`` (``max_offset`` is the HW). Kafka's range
+        rule: only a fetch offset outside ``[log_start_offset, log_end_offset]`` gets
+        OFFSET_OUT_OF_RANGE (with the valid range in the result); ``high_watermark < fetch_offset <=
+        log_end_offset`` is a valid position with nothing readable yet — an empty answer that
+        long-polls — because after a failover the new leader's HW lags the committed end its
+        predecessor reported until the followers fetch in the new epoch, and a consumer positioned
+        there must wait, not reset. With ``last_fetched_epoch`` the consumer learns through
+        ``diverging_epoch`` that the records it read past the leader's end of that epoch were
+        truncated.
         """
         error = self.check_leader(current_leader_epoch)
         diverging = None
@@ -380,9 +385,9 @@ class Partition:
         if (
             error is None
             and diverging is None
-            and not (self.log_start_offset <= fetch_offset <= self.high_watermark)
+            and not (self.log_start_offset <= fetch_offset <= self.log_end_offset)
         ):
-            error = self._out_of_range(fetch_offset, self.high_watermark)
+            error = self._out_of_range(fetch_offset, self.log_end_offset)
         return ConsumerFetchResult(
             error, diverging, self.high_watermark, self.log_start_offset, self.high_watermark
         )

@@ -282,19 +282,32 @@ def test_invariants_catch_hw_falling_within_epoch() -> None:
     [
         (5, 3, None, None, None),  # at the HW: nothing yet, long-poll
         (0, None, None, None, None),
-        (6, 3, None, ErrorCode.OFFSET_OUT_OF_RANGE, None),  # beyond the HW: uncommitted
+        (6, 3, None, None, None),  # beyond the HW, within the log: nothing readable yet, long-poll
+        (10, 3, None, None, None),  # at the LEO
+        (11, 3, None, ErrorCode.OFFSET_OUT_OF_RANGE, None),  # beyond the LEO
         (4, 2, None, ErrorCode.FENCED_LEADER_EPOCH, None),
         (4, 4, None, ErrorCode.UNKNOWN_LEADER_EPOCH, None),
         (5, 3, 2, None, EpochEndOffset(1, 4)),  # KIP-320: read epoch-2 records the leader never had
         (4, 3, 1, None, None),
     ],
-    ids=["at-hw", "start", "past-hw", "fenced", "unknown-epoch", "truncated", "consistent"],
+    ids=[
+        "at-hw",
+        "start",
+        "past-hw",
+        "at-leo",
+        "past-leo",
+        "fenced",
+        "unknown-epoch",
+        "truncated",
+        "consistent",
+    ],
 )
 def test_consumer_fetch(
     fetch_offset: int, request_epoch: int | None, last_epoch: int | None, code, diverging
 ) -> None:
-    """Consumers read only [log start, HW); OFFSET_OUT_OF_RANGE carries the valid range; a consumer
-    whose last fetched epoch diverges from the leader's log gets a diverging epoch (truncation seen)."""
+    """Consumers read only [log start, HW) (max_offset); Kafka's range rule: OFFSET_OUT_OF_RANGE, with
+    the valid range, only outside [log start, LEO]; a consumer whose last fetched epoch diverges from
+    the leader's log gets a diverging epoch (truncation seen)."""
     p = leader()
     entries = (EpochEntry(1, 0), EpochEntry(3, 4))
     result = p.handle_consumer_fetch(fetch_offset, request_epoch, last_epoch, entries)
@@ -303,7 +316,7 @@ def test_consumer_fetch(
     assert (result.high_watermark, result.log_start_offset, result.max_offset) == (5, 0, 5)
     assert result.last_stable_offset == 5
     if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-        assert "[0, 5]" in result.error.message
+        assert "[0, 10]" in result.error.message
 
 
 def test_offsets_for_leader_epoch() -> None:

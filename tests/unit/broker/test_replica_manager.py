@@ -343,3 +343,36 @@ def test_retention_moves_the_log_start_on_leader_and_followers(tmp_path: Path) -
     assert h.managers[102].logs[KEY].log_start_offset == start
     for manager in h.managers.values():
         manager.close()
+
+
+def consumer_fetch(h: Harness, broker_id: int, offset: int, max_wait_ms: int = 0) -> dict:
+    answers: dict = {}
+    h.managers[broker_id].fetch_for_consumer(
+        [FetchRequestPartition(KEY, offset, 1 << 20, None, None)], 1 << 20, 1, max_wait_ms, h.now_ms,
+        answers.update,
+    )  # fmt: skip
+    return answers
+
+
+def test_fetch_between_hw_and_leo_is_empty_not_out_of_range(harness: Harness) -> None:
+    """Kafka: a consumer fetch at ``HW < offset <= LEO`` gets an empty answer (no error);
+    OFFSET_OUT_OF_RANGE only below the log start or beyond the LEO (issue 14, defect 3). After a
+    failover the new leader's HW lags until its followers fetch in the new epoch: a consumer taking
+    over at its committed offset must wait, not reset."""
+    h = harness
+    assert h.produce(101, [b"a", b"b", b"c"]) == {}
+    for follower in (102, 103, 102, 103):  # 101's HW reaches 3; 102 still believes 0
+        h.replicate(follower)
+    assert (h.hw(101), h.hw(102), h.hw(103)) == (3, 0, 3)
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=102, isr=(102, 103)))  # 101 failed
+    assert (h.hw(102), h.managers[102].logs[KEY].log_end_offset) == (0, 3)
+    for offset in (1, 3):  # above the new leader's HW, within its log
+        answer = consumer_fetch(h, 102, offset)[KEY]
+        assert (answer.code, answer.records, answer.high_watermark) == (ErrorCode.NONE, b"", 0), answer
+    beyond = consumer_fetch(h, 102, 4)[KEY]
+    assert beyond.code == ErrorCode.OFFSET_OUT_OF_RANGE and "[0, 3]" in beyond.message
+    parked = consumer_fetch(h, 102, 1, max_wait_ms=5000)
+    assert parked == {}, "a fetch above the HW long-polls until the HW passes it"
+    h.replicate(103)  # 103 fetches in the new epoch: the HW moves to 3, the parked fetch answers
+    assert h.hw(102) == 3
+    assert [r.value for r in decode_records(parked[KEY].records)] == [b"a", b"b", b"c"]  # whole batch
