@@ -538,9 +538,15 @@ class Log:
         return len(doomed)
 
     def truncate_to(self, offset: int) -> bool:
-        """Follower truncation: drop every batch holding an offset >= ``offset``; True if any was."""
+        """Follower truncation: drop every batch holding an offset >= ``offset``; True if any was.
+
+        The leader-epoch cache loses the epochs starting at or after ``offset`` even when no batch
+        goes (``offset >= LEO``), as Kafka's ``UnifiedLog.truncateTo`` does: a replica that led an
+        epoch and wrote nothing in it has that epoch at its LEO, and keeping it would make the
+        follower send it as its last fetched epoch forever (the leader never had it)."""
         assert offset >= 0, f"truncate_to({offset})"
         if offset >= self.log_end_offset:
+            self._leader_epoch_cache.truncate_from_end(offset)
             return False
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset)

@@ -376,3 +376,34 @@ def test_fetch_between_hw_and_leo_is_empty_not_out_of_range(harness: Harness) ->
     h.replicate(103)  # 103 fetches in the new epoch: the HW moves to 3, the parked fetch answers
     assert h.hw(102) == 3
     assert [r.value for r in decode_records(parked[KEY].records)] == [b"a", b"b", b"c"]  # whole batch
+
+
+@pytest.mark.parametrize("isr_after", [BROKERS, (101, 103)], ids=["b-stays-in-isr", "b-was-shrunk-out"])
+def test_replica_that_led_an_empty_epoch_converges_and_rejoins_the_isr(
+    harness: Harness, isr_after: tuple[int, ...]
+) -> None:
+    """Issue 14, defect 1, against the real classes: A, B, C at LEO 10; B leads the next epoch and
+    writes nothing (its epoch cache gets an entry at 10); A leads the epoch after. B, as follower,
+    fetches (offset 10, last epoch = its empty epoch), gets A's diverging epoch ending at 10 and
+    truncates to 10 — which must drop the empty epoch, so that its next fetch agrees with A: B's LEO
+    is recorded, acks=all and the HW progress, and a B shrunk out meanwhile is proposed back in."""
+    h = harness
+    assert h.produce(101, [b"v%d" % i for i in range(10)]) == {}
+    for follower in (102, 103, 102, 103):
+        h.replicate(follower)
+    assert [h.managers[b].logs[KEY].log_end_offset for b in BROKERS] == [10, 10, 10]
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=102))  # B leads epoch 1: writes nothing
+    b_log = h.managers[102].logs[KEY]
+    assert (b_log.latest_epoch, b_log.leader_epoch_cache.entries[-1].start_offset) == (1, 10)
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=101, isr=isr_after))  # A leads epoch 2
+    answers = h.produce(101, [b"after"])
+    for _ in range(3):
+        h.replicate(103)
+        h.replicate(102)
+    assert b_log.latest_epoch == 2, "B kept the epoch in which it wrote nothing"
+    assert h.values(102) == h.values(101) == [*(b"v%d" % i for i in range(10)), b"after"]
+    remote = h.managers[101].partitions[KEY].remote_replica(102)
+    assert remote is not None and remote.log_end_offset == 11, "A never recorded B's LEO"
+    assert answers[KEY].code == ErrorCode.NONE and h.hw(101) == 11
+    if 102 not in isr_after:
+        assert [p.new_isr for p in h.proposals[101]] == [BROKERS], "B was not proposed back into the ISR"

@@ -224,6 +224,22 @@ def test_truncate_to(open_log, offset, changed, leo, left) -> None:
     assert batch_offsets(log.read(leo, 1 << 20)) == [(leo, leo + 2)]
 
 
+def test_truncation_trims_epoch_cache_past_leo(open_log) -> None:
+    """Kafka's UnifiedLog.truncateTo: with ``offset >= LEO`` no batch goes, but epochs starting at or
+    after ``offset`` still do. A replica that led an epoch in which it wrote nothing has that epoch at
+    its LEO; as a follower it is told to truncate to the LEO, and must forget the empty epoch, or it
+    asks the leader about it forever (issue 14, defect 1)."""
+    log = filled(open_log, batches=2)  # offsets 0..5 in epoch 0
+    assert log.maybe_assign_epoch_start_offset(5)  # led epoch 5, wrote nothing
+    assert log.leader_epoch_cache.entries == (EpochEntry(0, 0), EpochEntry(5, 6))
+    assert log.truncate_to(6) is False, "no batch was removed"
+    assert log.leader_epoch_cache.entries == (EpochEntry(0, 0),)
+    assert (log.log_end_offset, log.latest_epoch) == (6, 0)
+    log.invariants()
+    log.close()
+    assert open_log(path=log.directory).leader_epoch_cache.entries == (EpochEntry(0, 0),), "persisted"
+
+
 def test_truncate_below_log_start_truncates_fully(open_log) -> None:
     log = filled(open_log)
     log.maybe_increment_log_start_offset(9)
