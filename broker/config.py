@@ -244,7 +244,7 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
     if args.node_id < 0:
         raise BrokerConfigError(f"--node-id {args.node_id}: must be >= 0")
     host, sep, port = args.listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:  # 0: the kernel picks
         raise BrokerConfigError(f"--listen {args.listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9092")
     controllers = tuple(a.strip() for a in args.controllers.split(",") if a.strip())
     if not controllers or any(":" not in a for a in controllers):

@@ -26,8 +26,10 @@ the broker leads nothing (its leaderships moved away while it kept following), t
 logs are checkpointed and closed, and the process exits 0. Restarting on the same data directory
 recovers the logs (``storage.log``) and rejoins: the leader's diverging epoch decides any truncation.
 
-The process prints ``READY <node-id>`` once it serves and is registered. A bad flag exits 2 with one
-line on stderr naming it.
+The process prints ``LISTENING HOST:PORT`` (and ``METRICS <url>``) as soon as it serves, and
+``READY <node-id>`` once it is registered. ``--listen HOST:0`` lets the kernel pick the port; the broker
+then registers the port it got. A bad flag, or a port another process serves, exits 2 with one line on
+stderr naming it (``proto.listeners``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -71,6 +74,7 @@ from proto import (
     replica_pb2_grpc,
 )
 from proto.errors import ErrorCode
+from proto.listeners import SERVER_OPTIONS, ListenerError, add_grpc_listener, listening_line
 from proto.logfmt import configure_logging, log_event
 from proto.metrics import MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
@@ -86,6 +90,7 @@ SERVICE_NAMES = [
     "pykraft.group.GroupService",
 ]
 LISTENER_NAME = "PLAINTEXT"
+LISTEN_SETTING = "--listen"
 RETRY_BACKOFF_S = 0.1
 CONTROLLER_CALL_TIMEOUT_S = 5.0
 REREGISTER_CODES = (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED)
@@ -214,8 +219,14 @@ class BrokerNode:
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        self.server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[RequestTimer(self.metrics)])
+    async def bind(self) -> None:
+        """Serve the gRPC services (NOT_SERVING until ready) on ``--listen`` and the metrics endpoint.
+
+        A port in use (or any unusable address) raises ``ListenerError`` with one line naming the
+        setting, and nothing keeps running. With port 0 the kernel picks the port, and the broker
+        registers that one (unless an advertised listener says otherwise)."""
+        self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port)
+        self.server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RequestTimer(self.metrics)])
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(
             BrokerServicer(
                 self.manager, monotonic_ms, self.config.settings.request_timeout_ms, lambda: -1,
@@ -241,10 +252,20 @@ class BrokerNode:
         )  # fmt: skip
         self.health = add_standard_services(self.server, SERVICE_NAMES)
         await self.health.set_serving(False)
-        if self.server.add_insecure_port(self.config.listen) == 0:
-            raise OSError(f"cannot listen on {self.config.listen}")
+        try:
+            port = add_grpc_listener(self.server, LISTEN_SETTING, self.config.listen)
+        except ListenerError:
+            await self.server.stop(None)
+            self.server = None
+            if self.metrics_endpoint is not None:
+                self.metrics_endpoint.close()
+                self.metrics_endpoint = None
+            raise
+        self.config = dataclasses.replace(self.config, port=port)
         await self.server.start()
-        self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port)
+
+    async def start(self) -> None:
+        """Register, then start the metadata follower, heartbeats and timers (after ``bind``)."""
         await self.register()
         self.group_lag.start()
         settings = self.config.settings
@@ -550,6 +571,13 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    await node.bind()
+    # What a launcher reads when it asked for port 0 (proto.listeners); before registration, which
+    # needs the controllers.
+    print(listening_line(node.config.host, node.config.port), flush=True)
+    if node.metrics_endpoint is not None:
+        print(f"METRICS {node.metrics_endpoint.url}", flush=True)
+        log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics_endpoint.url)
     starting = asyncio.create_task(node.start(), name="start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -560,9 +588,6 @@ async def serve(config: BrokerConfig) -> None:
         await node.stop()
         return
     starting.result()
-    if node.metrics_endpoint is not None:
-        print(f"METRICS {node.metrics_endpoint.url}", flush=True)
-        log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics_endpoint.url)
     print(f"READY {config.node_id}", flush=True)
     failing = asyncio.create_task(node.failed.wait(), name="failed")
     await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)

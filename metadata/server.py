@@ -6,11 +6,11 @@
 
 One gRPC port serves RaftService (the other voters), AdminService (clients), ControllerService
 (brokers) and the standard health service. The Raft leader is the active controller. The process
-prints ``READY <node-id>`` once it serves; SIGTERM or SIGINT stops it gracefully (an active
-controller hands leadership over first), bounded: a stop still running after ``SHUTDOWN_DEADLINE_S``
-is logged (``shutdown_stuck``, naming the step) and the process exits with status 3. A bad flag or
-an unusable data directory exits with status 2 and one line on stderr naming the problem, never a
-traceback.
+prints ``LISTENING HOST:PORT`` and ``READY <node-id>`` once it serves; SIGTERM or SIGINT stops it
+gracefully (an active controller hands leadership over first), bounded: a stop still running after
+``SHUTDOWN_DEADLINE_S`` is logged (``shutdown_stuck``, naming the step) and the process exits with
+status 3. A bad flag or an unusable data directory, or a port another process serves
+(``proto.listeners``), exits with status 2 and one line on stderr naming the problem, never a traceback.
 
 Settings use Kafka's config names and come from ``--override KEY=VALUE``, ``PYKRAFT_<NAME>``
 environment variables and ``--config-file`` (``proto.settings``: flags > environment > file >
@@ -48,9 +48,17 @@ from metadata.metrics import controller_registry
 from metadata.service import ActiveController, Forwarder, fence_loop
 from metadata.state_machine import MetadataStateMachine
 from proto import admin_pb2_grpc, controller_pb2_grpc
+from proto.listeners import (
+    SERVER_OPTIONS,
+    ListenerError,
+    add_grpc_listener,
+    check_bindable,
+    listening_line,
+    split_address,
+)
 from proto.logfmt import configure_logging, log_event
-from proto.metrics import METRICS_OFF, MetricsEndpoint, serve_metrics
-from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
+from proto.metrics import METRICS_HOST, METRICS_OFF, METRICS_SETTING, MetricsEndpoint, serve_metrics
+from proto.serving import add_standard_services, start_shutdown_watchdog
 from proto.settings import (
     ADVERTISED_LISTENERS,
     IDENTITY_FLAGS,
@@ -69,6 +77,7 @@ log = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
 SERVER_STOP_GRACE_S = 0.5
+LISTEN_SETTING = "--listen"
 IDENTITY_CONVERTERS = {"node_id": int, "listen": listen_address, "voters": str, "data_dir": one_dir}
 REQUIRED_FLAGS = ("node_id", "listen", "voters", "data_dir")
 SHUTDOWN_DEADLINE_S = 10.0  # plus two election timeouts (a leadership hand-over)
@@ -261,12 +270,17 @@ class ControllerNode:
             self.state_machine,
         )
         self.server: grpc.aio.Server | None = None
+        self.port = 0  # the bound port (the kernel's choice when --listen asks for port 0)
         self._tasks: list[asyncio.Task] = []
         self.stopping_step = ""  # what stop() is doing (named by the shutdown watchdog)
 
     async def start(self) -> None:
+        # A busy port (or metrics port): one line naming the setting, before anything starts.
+        check_bindable(LISTEN_SETTING, self.listen)
+        if self.metrics_port > 0:
+            check_bindable(METRICS_SETTING, f"{METRICS_HOST}:{self.metrics_port}", str(self.metrics_port))
         await self.driver.start()
-        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.driver.add_to_server(self.server)
         active = ActiveController(self.driver, self.controller, self.state_machine)
         wait_s = 4 * self.settings.election_timeout_ms / 1000
@@ -278,12 +292,15 @@ class ControllerNode:
             ControllerServicer(active, self.forwarder, self.state_machine), self.server
         )
         self.health = add_standard_services(self.server, SERVICE_NAMES)
-        if self.server.add_insecure_port(self.listen) == 0:
+        try:
+            self.port = add_grpc_listener(self.server, LISTEN_SETTING, self.listen)
+            self.metrics = serve_metrics(controller_registry(self.driver, self.controller), self.metrics_port)
+        except ListenerError:
             await self.driver.stop()
-            raise OSError(f"cannot listen on {self.listen}")
+            await self.server.stop(None)
+            raise
         await self.server.start()
         await self.health.set_serving(True)
-        self.metrics = serve_metrics(controller_registry(self.driver, self.controller), self.metrics_port)
         interval_s = min(0.1, self.settings.broker_session_timeout_ms / 4000)
         self._tasks.append(asyncio.create_task(fence_loop(active, interval_s), name="fence-loop"))
 
@@ -319,6 +336,7 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
         args.node_id, args.listen, args.voters, args.data_dir, settings, args.seed, args.metrics_port
     )
     await node.start()
+    print(listening_line(split_address(node.listen)[0], node.port), flush=True)
     if node.metrics is not None:
         print(f"METRICS {node.metrics.url}", flush=True)
         log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics.url)

@@ -8,6 +8,9 @@ counters) and serves it on ``127.0.0.1`` with ``serve_metrics(registry, port)``:
   process logs and prints ``METRICS http://127.0.0.1:<port>/metrics``;
 - ``port == METRICS_OFF`` (-1): no endpoint.
 
+A port another process serves raises ``proto.listeners.ListenerError`` (one line naming
+``--metrics-port``); the server never shares a port (no SO_REUSEPORT).
+
 The endpoint runs in prometheus-client's own daemon thread; collectors read node state at scrape
 time (``Collector.collect``), so the hot paths only bump counters and histograms.
 """
@@ -19,9 +22,12 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from proto.listeners import listener_error
+
 METRICS_HOST = "127.0.0.1"
 PICK_FREE_PORT = 0
 METRICS_OFF = -1
+METRICS_SETTING = "--metrics-port"
 
 
 @dataclass
@@ -47,5 +53,8 @@ def serve_metrics(registry: CollectorRegistry, port: int) -> MetricsEndpoint | N
     if port < METRICS_OFF or port > 65535:
         raise ValueError(f"metrics port {port}: must be 1..65535, {PICK_FREE_PORT} (pick a free port) "
                          f"or {METRICS_OFF} (off)")
-    server, _thread = start_http_server(port, addr=METRICS_HOST, registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=METRICS_HOST, registry=registry)
+    except OSError as exc:  # one line naming the setting (proto.listeners), not a traceback
+        raise listener_error(METRICS_SETTING, str(port), exc) from None
     return MetricsEndpoint(server, server.server_port)

@@ -59,7 +59,8 @@ def parse_listener(text: str, what: str = ADVERTISED_LISTENERS, routable: bool =
             raise SettingsError(f"{what}={text}: unknown listener {name!r}; only {LISTENER_NAME}://HOST:PORT")
         value = rest
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    lowest = 1 if routable else 0  # a listener may bind port 0 (the kernel picks); nobody dials it
+    if not sep or not port.isdigit() or not lowest <= int(port) < 65536:
         raise SettingsError(f"{what}={text}: expected HOST:PORT, e.g. broker-1.example.com:9092")
     if routable and host in NON_ROUTABLE_HOSTS:
         raise SettingsError(

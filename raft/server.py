@@ -9,7 +9,8 @@ One gRPC port serves ``RaftService`` (peers), ``RaftClientService`` (clients; se
 and the standard health service. The state machine is ``AppendOnlyLog``: every committed entry is kept
 with its Raft index; a snapshot is the whole list. SIGTERM or SIGINT stops gracefully (a leader hands
 leadership over first). A bad flag or an unusable data directory exits with status 2 and one line on
-stderr naming the problem, never a traceback. The process prints ``READY <node-id>`` once it serves.
+stderr naming the problem (a port another process serves, too: ``proto.listeners``), never a traceback.
+The process prints ``LISTENING HOST:PORT`` and ``READY <node-id>`` once it serves.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ import grpc
 
 from proto import errors, raft_pb2, raft_pb2_grpc
 from proto.errors import ErrorCode
-from proto.serving import GRPC_OPTIONS, add_standard_services
+from proto.listeners import (
+    SERVER_OPTIONS,
+    ListenerError,
+    add_grpc_listener,
+    check_bindable,
+    listening_line,
+    split_address,
+)
+from proto.serving import add_standard_services
 from raft.config import QuorumConfig, QuorumConfigError, parse_voters
 from raft.driver import DriverConfig, NotLeaderError, RaftDriver
 from raft.messages import NO_NODE
@@ -214,19 +223,24 @@ def build_config(args: argparse.Namespace) -> DriverConfig:
 
 
 async def serve(args: argparse.Namespace, config: DriverConfig) -> None:
+    check_bindable("--listen", args.listen)  # a busy port: one line, before the driver starts
     state = AppendOnlyLog()
     driver = RaftDriver(config, state)
     await driver.start()
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     driver.add_to_server(server)
     raft_pb2_grpc.add_RaftClientServiceServicer_to_server(
         ClientService(driver, state, config.voters, args.enable_fault_injection), server
     )
     health = add_standard_services(server, SERVICE_NAMES)
-    if server.add_insecure_port(args.listen) == 0:
+    try:
+        port = add_grpc_listener(server, "--listen", args.listen)
+    except ListenerError:
         await driver.stop()
-        raise OSError(f"cannot listen on {args.listen}")
+        await server.stop(None)
+        raise
     await server.start()
+    print(listening_line(split_address(args.listen)[0], port), flush=True)
     await health.set_serving(True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -112,11 +112,9 @@ def test_a_controller_described_by_its_properties_file(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_controller_process_from_a_properties_file_alone(tmp_path: Path) -> None:
     """``pykraft controller --config-file server.properties`` serves, and exits 0 soon after SIGTERM."""
-    import socket
+    from proto.listeners import pick_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = pick_port()
     path = tmp_path / "server.properties"
     path.write_text(
         f"node.id=1\nlisteners=PLAINTEXT://127.0.0.1:{port}\ncontroller.quorum.voters=1@127.0.0.1:{port}\n"
@@ -138,8 +136,10 @@ def test_controller_process_from_a_properties_file_alone(tmp_path: Path) -> None
     )
     try:
         assert proc.stdout is not None
-        first = proc.stdout.readline()  # blocks until READY or exit; the pytest timeout bounds it
-        assert first.strip() == "READY 1", first + proc.stdout.read()
+        first = proc.stdout.readline()  # blocks until a line or exit; the pytest timeout bounds it
+        assert first.strip() == f"LISTENING 127.0.0.1:{port}", first + proc.stdout.read()
+        second = proc.stdout.readline()
+        assert second.strip() == "READY 1", second + proc.stdout.read()
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0

@@ -1,0 +1,166 @@
+"""Listening ports for every pykraft process, and the one rule for choosing them.
+
+Serving: no listener may share a port with a live process. gRPC servers enable SO_REUSEPORT by
+default, so a second server on a busy port would bind it silently and take half the connections;
+``SERVER_OPTIONS`` turns that off (``grpc.so_reuseport=0``) and ``add_grpc_listener`` checks the port
+first, so a busy port gives ``ListenerError`` with ONE line naming the setting and its value::
+
+    --listen 127.0.0.1:9092: address already in use (another process serves it)
+
+The processes print that line (``pykraft <role>: error: ...``) and exit 2, with no traceback. The
+metrics endpoint and any other listener (the Kafka listener) use ``check_bindable`` the same way.
+
+Reporting: a process that binds port 0 learns its port from the kernel; it prints
+``LISTENING HOST:PORT`` (``listening_line``) on stdout as soon as it serves, which is what a launcher
+reads (``parse_listening``).
+
+Choosing ports up front (only where port 0 cannot work, e.g. Raft voters, which must know each other's
+addresses before any of them starts): ``pick_ports`` returns ports that are free now, chosen at random
+*outside* the kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``), so no outgoing
+connection and no port-0 bind can ever take one; it never hands out the same port twice in one process.
+Another launcher may still pick the same port between the check and the bind, so whoever starts a
+process on a picked port must retry with fresh ports when it fails with ``address already in use``
+(``ADDRESS_IN_USE`` is the text to look for in its output).
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import socket
+from pathlib import Path
+
+import grpc
+
+from proto.serving import GRPC_OPTIONS
+
+SERVER_OPTIONS: list[tuple[str, int]] = [*GRPC_OPTIONS, ("grpc.so_reuseport", 0)]
+ADDRESS_IN_USE = "address already in use"
+LISTENING_PREFIX = "LISTENING "
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LINUX_DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+PICK_PORT_MIN = 10_000  # below: well-known and registered services (Kafka's 9092, ...)
+PICK_PORT_MAX = 65_535
+PICK_ATTEMPTS_MAX = 1_000
+LOOPBACK = "127.0.0.1"
+
+_handed_out: set[int] = set()  # ports pick_ports returned in this process
+_random = random.Random()  # seeded from os.urandom: concurrent launchers pick different ports
+
+
+class ListenerError(OSError):
+    """A listener could not bind; the message is one line naming the setting and its value."""
+
+
+class NoFreePortError(OSError):
+    """``pick_ports`` found no free port outside the ephemeral range."""
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[V6]:PORT``) -> (host, port)."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def listener_error(setting: str, address: str, exc: OSError) -> ListenerError:
+    if exc.errno == errno.EADDRINUSE:
+        return ListenerError(f"{setting} {address}: {ADDRESS_IN_USE} (another process serves it)")
+    reason = exc.strerror or str(exc)
+    return ListenerError(f"{setting} {address}: cannot listen there ({reason.lower()})")
+
+
+def check_bindable(setting: str, address: str, value: str | None = None) -> None:
+    """Bind (and release) every address ``address`` resolves to, the way the servers bind
+    (SO_REUSEADDR, no SO_REUSEPORT): ``ListenerError`` when a live process serves the port. The
+    message names ``setting`` and ``value`` (default: the address)."""
+    shown = address if value is None else value
+    host, port = split_address(address)
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenerError(f"{setting} {shown}: cannot resolve {host!r} ({exc.strerror})") from None
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                raise listener_error(setting, shown, exc) from None
+
+
+def add_grpc_listener(server: grpc.aio.Server, setting: str, address: str) -> int:
+    """Bind ``server`` (built with ``SERVER_OPTIONS``) to ``address``; the bound port (the kernel's
+    choice for port 0). A busy or unusable address raises ``ListenerError``."""
+    check_bindable(setting, address)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:  # grpc's own bind failed: someone took the port since check_bindable
+        port = 0
+    if port == 0:
+        raise listener_error(setting, address, OSError(errno.EADDRINUSE, "address already in use"))
+    return port
+
+
+def listening_line(host: str, port: int) -> str:
+    return f"{LISTENING_PREFIX}{host}:{port}"
+
+
+def parse_listening(line: str) -> int | None:
+    """The port of a ``LISTENING HOST:PORT`` line; None for any other line."""
+    if not line.startswith(LISTENING_PREFIX):
+        return None
+    return split_address(line[len(LISTENING_PREFIX) :].strip())[1]
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    try:
+        low, high = (int(v) for v in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return LINUX_DEFAULT_EPHEMERAL_RANGE
+    return low, high
+
+
+def candidate_ranges() -> list[range]:
+    """The ports ``pick_ports`` chooses from: [PICK_PORT_MIN, 65535] minus the ephemeral range."""
+    low, high = ephemeral_port_range()
+    ranges = [range(PICK_PORT_MIN, min(low, PICK_PORT_MAX + 1)), range(max(high + 1, PICK_PORT_MIN),
+                                                                        PICK_PORT_MAX + 1)]
+    return [r for r in ranges if len(r) > 0]
+
+
+def is_free(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """``count`` distinct ports, free now, outside the ephemeral range (see the module docstring)."""
+    ranges = candidate_ranges()
+    if not ranges:
+        raise NoFreePortError(f"no ports outside the ephemeral range {ephemeral_port_range()} to pick from")
+    weights = [len(r) for r in ranges]
+    ports: list[int] = []
+    for _ in range(PICK_ATTEMPTS_MAX):
+        if len(ports) == count:
+            return ports
+        port = _random.choice(_random.choices(ranges, weights)[0])
+        if port in _handed_out or not is_free(port, host):
+            continue
+        _handed_out.add(port)
+        ports.append(port)
+    if len(ports) == count:
+        return ports
+    raise NoFreePortError(f"found {len(ports)} of {count} free ports in {PICK_ATTEMPTS_MAX} tries "
+                          f"outside the ephemeral range {ephemeral_port_range()}")
+
+
+def pick_port(host: str = LOOPBACK) -> int:
+    return pick_ports(1, host)[0]
+

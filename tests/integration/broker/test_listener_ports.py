@@ -1,0 +1,153 @@
+"""No listener shares a port with a live process (issue 14, defect 4).
+
+gRPC enables SO_REUSEPORT by default: a second broker on a running broker's port used to bind it too,
+print READY and register the same endpoint, and clients reached either broker at random. Every
+listener (gRPC with ``grpc.so_reuseport=0``, the metrics endpoint) now refuses a busy port at once with
+one line naming the setting and its value, exit status 2, no traceback; the live process keeps serving.
+"""
+
+from __future__ import annotations
+
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proto import serving
+from proto.listeners import ADDRESS_IN_USE, parse_listening, pick_port, pick_ports
+
+pytestmark = pytest.mark.integration
+START_TIMEOUT_S = 60.0
+REFUSAL_TIMEOUT_S = 30.0
+
+
+def controller_command(tmp_path: Path, name: str, port: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pykraft.cli", "controller", "--node-id", "1", "--listen",
+            f"127.0.0.1:{port}", "--voters", f"1@127.0.0.1:{port}", "--data-dir", str(tmp_path / name),
+            "--metrics-port", "-1", *extra]  # fmt: skip
+
+
+def broker_command(tmp_path: Path, listen: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pykraft.cli", "broker", "--node-id", "101", "--listen", listen,
+            "--controllers", f"127.0.0.1:{pick_port()}", "--data-dir", str(tmp_path / "broker"),
+            *extra]  # fmt: skip
+
+
+def listening_port(proc: subprocess.Popen, timeout_s: float) -> int:
+    """The port of the process's ``LISTENING HOST:PORT`` line (read with a deadline)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if not selector.select(left):
+                continue
+            line = proc.stdout.readline()
+            assert line, f"the process exited ({proc.poll()}) before it printed LISTENING"
+            port = parse_listening(line.decode())
+            if port is not None:
+                return port
+    raise AssertionError(f"no LISTENING line within {timeout_s} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.fixture
+def live_controller(tmp_path: Path) -> Iterator[int]:
+    """A one-voter controller on a picked port (picked again if another process took it first)."""
+    for _ in range(5):
+        port = pick_port()
+        proc = subprocess.Popen(controller_command(tmp_path, f"live-{port}", port), stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            assert listening_port(proc, START_TIMEOUT_S) == port
+        except AssertionError:
+            stop(proc)
+            continue
+        try:
+            yield port
+        finally:
+            stop(proc)
+        return
+    pytest.fail("no controller could bind a picked port in 5 tries")
+
+
+def refusal(command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=REFUSAL_TIMEOUT_S)
+
+
+def test_broker_and_controller_refuse_the_port_a_live_controller_serves(
+    tmp_path: Path, live_controller: int
+) -> None:
+    """Defect 4: a busy --listen port is refused with one line; the live controller keeps serving."""
+    port = live_controller
+    expected = f"--listen 127.0.0.1:{port}: {ADDRESS_IN_USE} (another process serves it)"
+    broker = refusal(broker_command(tmp_path, f"127.0.0.1:{port}"))
+    controller = refusal(controller_command(tmp_path, "second", port))
+    assert (broker.returncode, broker.stderr.splitlines()) == (2, [f"pykraft broker: error: {expected}"])
+    assert (controller.returncode, controller.stderr.splitlines()) == (
+        2, [f"pykraft controller: error: {expected}"]
+    )  # fmt: skip
+    assert "READY" not in broker.stdout + controller.stdout
+    assert serving.check_health(f"127.0.0.1:{port}", timeout_s=5.0)
+
+
+def test_a_reuseport_listener_is_not_shared_either(tmp_path: Path) -> None:
+    """A live listener with SO_REUSEPORT set (what a gRPC server used to be) keeps its port alone."""
+    with socket.socket() as live:
+        live.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        live.bind(("127.0.0.1", 0))
+        live.listen()
+        port = live.getsockname()[1]
+        done = refusal(broker_command(tmp_path, f"127.0.0.1:{port}"))
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [
+            f"pykraft broker: error: --listen 127.0.0.1:{port}: {ADDRESS_IN_USE} (another process serves it)"
+        ]
+
+
+@pytest.mark.parametrize("role", ["broker", "controller"])
+def test_a_busy_metrics_port_is_refused_naming_the_setting(tmp_path: Path, role: str) -> None:
+    with socket.socket() as live:
+        live.bind(("127.0.0.1", 0))
+        live.listen()
+        busy = live.getsockname()[1]
+        listen = pick_ports(1)[0]
+        extra = ["--metrics-port", str(busy)]
+        if role == "broker":
+            command = broker_command(tmp_path, f"127.0.0.1:{listen}", *extra)
+        else:
+            command = [*controller_command(tmp_path, "c", listen)[:-2], *extra]
+        done = refusal(command)
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [
+            f"pykraft {role}: error: --metrics-port {busy}: {ADDRESS_IN_USE} (another process serves it)"
+        ]
+
+
+def test_a_broker_on_port_zero_reports_the_port_it_got(tmp_path: Path) -> None:
+    """--listen HOST:0: the kernel picks the port and the broker prints it (what launchers read)."""
+    proc = subprocess.Popen(broker_command(tmp_path, "127.0.0.1:0", "--metrics-port", "-1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        port = listening_port(proc, START_TIMEOUT_S)
+        assert port > 0
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        stop(proc)
