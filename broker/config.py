@@ -3,9 +3,18 @@
     pykraft broker --node-id 101 --listen 127.0.0.1:9092 --controllers 127.0.0.1:9093,... \\
         --data-dir DIR [--rack R] [--advertised-listener HOST:PORT] [--override KEY=VALUE] ...
 
-The broker listens on ``--listen`` and registers ``advertised.listeners`` (``--advertised-listener``,
-default: the listen address) with the controller: that endpoint is what Metadata returns to clients and
-what other brokers' replica fetchers dial. A listen address of 0.0.0.0 must be paired with one.
+Listeners, in Kafka's form. The gRPC services listen on ``--listen`` (listener name ``GRPC``); the
+Kafka protocol (``broker.network``) on every other entry of ``listeners`` (``--listeners
+PLAINTEXT://127.0.0.1:9092``; default one ``PLAINTEXT`` listener on ``--listen``'s host, port 0 = any
+free port). A ``GRPC://HOST:PORT`` entry of ``listeners`` stands for ``--listen``. Each Kafka listener's
+name maps to a security protocol through ``listener.security.protocol.map`` (Kafka's default map);
+only PLAINTEXT is served now, SSL and SASL_* are refused with "not supported yet".
+``advertised.listeners`` (``--advertised-listener``) gives per listener the ``NAME://HOST:PORT`` clients
+dial; a bare ``HOST:PORT`` is the GRPC one (the form used before Kafka listeners). Unadvertised
+listeners register their own host (or, when binding every interface, the GRPC endpoint's host) and the
+port they bound. The broker registers every endpoint with the controller, GRPC first (gRPC callers take
+a broker's first endpoint); a Kafka Metadata answer lists each broker's endpoint of the listener the
+request came through. A gRPC listen address of 0.0.0.0 must be paired with an advertised one.
 
 ``--override KEY=VALUE`` takes Kafka's broker config names (``BROKER_OVERRIDES``) plus the broker
 defaults of topic configs (``min.insync.replicas``, ``max.message.bytes``, ...: used when the topic has
@@ -35,7 +44,6 @@ from proto.settings import (
     fill_identity,
     listen_address,
     one_dir,
-    parse_listener,
     require,
 )
 
@@ -66,6 +74,10 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0),
     # KIP-854: idle producers' dedup state is dropped after this long (broker.producer_state).
     "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
+    # The Kafka listener (broker.network).
+    "socket.request.max.bytes": ("socket_request_max_bytes", 1),
+    "max.connections": ("max_connections", 1),
+    "connections.max.idle.ms": ("connections_max_idle_ms", 1),
 }
 # Boolean broker settings: Kafka config name -> BrokerSettings field.
 BROKER_FLAGS: dict[str, str] = {"log.cleaner.enable": "log_cleaner_enable"}
@@ -107,6 +119,15 @@ IDENTITY_CONVERTERS = {
     "rack": str,
 }  # fmt: skip
 REQUIRED_FLAGS = ("node_id", "listen", "controllers", "data_dir")
+LISTENERS = "listeners"
+SECURITY_PROTOCOL_MAP = "listener.security.protocol.map"
+LISTENER_KEYS = frozenset({ADVERTISED_LISTENERS, LISTENERS, SECURITY_PROTOCOL_MAP})
+# The broker's gRPC services (--listen) as a listener name: registered first among its endpoints, so
+# gRPC callers that take a broker's first endpoint keep reaching them; Kafka clients use the others.
+GRPC_LISTENER = "GRPC"
+DEFAULT_KAFKA_LISTENER = "PLAINTEXT"
+DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
 METRICS_OFF = -1  # proto.metrics.METRICS_OFF (not imported: prometheus-client is slow to import)
 
 
@@ -144,7 +165,12 @@ class BrokerSettings:
     offset_metadata_max_bytes: int = 4_096
     # Broker defaults of topic configs, as strings (Kafka's names), e.g. {"min.insync.replicas": "2"}.
     topic_defaults: tuple[tuple[str, str], ...] = ()
-    advertised_listeners: str = ""  # HOST:PORT; "" = the listen address
+    advertised_listeners: str = ""  # Kafka's form (see listener_endpoints); "" = the listen addresses
+    listeners: str = ""  # Kafka's form, NAME://HOST:PORT,...; "" = DEFAULT_KAFKA_LISTENER on --listen's host
+    listener_security_protocol_map: str = DEFAULT_SECURITY_PROTOCOL_MAP
+    socket_request_max_bytes: int = 104_857_600
+    max_connections: int = 2**31 - 1
+    connections_max_idle_ms: int = 600_000
 
     def topic_default(self, name: str) -> str | None:
         return dict(self.topic_defaults).get(name)
@@ -172,11 +198,14 @@ def parse_overrides(items: list[str], base: BrokerSettings | None = None) -> Bro
             values[BROKER_FLAGS[key]] = value.strip().lower() == "true"
             continue
         if key == ADVERTISED_LISTENERS:
-            _listener(value, f"setting {key}")
+            _advertised(value.strip())  # validated here, combined with the listeners in config_from
             values["advertised_listeners"] = value.strip()
             continue
+        if key in (LISTENERS, SECURITY_PROTOCOL_MAP):
+            values[key.replace(".", "_")] = value.strip()
+            continue
         if key not in BROKER_OVERRIDES:
-            known = sorted({*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS})
+            known = sorted({*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS, *LISTENER_KEYS})
             raise BrokerConfigError(f"setting {key}: unknown broker setting; known: {', '.join(known)}")
         field, minimum = BROKER_OVERRIDES[key]
         text = value.strip()
@@ -199,6 +228,7 @@ class BrokerConfig:
     metrics_port: int = METRICS_OFF
     advertised_host: str = ""  # registered with the controller; "" = host
     advertised_port: int = 0  # 0 = port
+    kafka_listeners: tuple[KafkaListenerSpec, ...] = ()
 
     @property
     def listen(self) -> str:
@@ -208,6 +238,123 @@ class BrokerConfig:
     def endpoint(self) -> tuple[str, int]:
         """The (host, port) other nodes and clients dial: the advertised listener."""
         return (self.advertised_host or self.host, self.advertised_port or self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaListenerSpec:
+    """One Kafka listener: where it binds and what it registers (``advertised_port`` 0 = the bound
+    port, so ``port`` 0 lets the kernel pick and the broker registers what it got)."""
+
+    name: str
+    host: str
+    port: int
+    advertised_host: str
+    advertised_port: int = 0
+
+
+def parse_listener_list(text: str, what: str) -> dict[str, tuple[str, int]]:
+    """Kafka's ``NAME://HOST:PORT,...`` -> {name: (host, port)}. A bare ``HOST:PORT`` entry is the
+    gRPC listener (``GRPC_LISTENER``: what ``--listen`` gave before Kafka listeners existed)."""
+    entries: dict[str, tuple[str, int]] = {}
+    for raw in (part.strip() for part in text.split(",")):
+        if not raw:
+            continue
+        name, sep, address = raw.partition("://")
+        if not sep:
+            name, address = GRPC_LISTENER, raw
+        name = name.strip().upper()
+        if not name or not all(c.isalnum() or c == "_" for c in name):
+            raise BrokerConfigError(f"{what}={text}: listener name {name!r} must be letters, digits or _")
+        host, sep, port = address.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise BrokerConfigError(
+                f"{what}={text}: {raw!r} is not NAME://HOST:PORT, e.g. PLAINTEXT://127.0.0.1:9092"
+            )
+        if name in entries:
+            raise BrokerConfigError(f"{what}={text}: listener {name} appears twice")
+        entries[name] = (host, int(port))
+    return entries
+
+
+def _advertised(text: str, what: str = f"setting {ADVERTISED_LISTENERS}") -> dict[str, tuple[str, int]]:
+    entries = parse_listener_list(text, what)
+    for name, (host, port) in entries.items():
+        if host in NON_ROUTABLE_HOSTS or port == 0:
+            raise BrokerConfigError(
+                f"{what}={text}: {name}://{host}:{port} cannot be dialled by clients; "
+                "advertise a routable name or IP address and a port"
+            )
+    return entries
+
+
+def _security_protocols(text: str) -> dict[str, str]:
+    mapping = {}
+    for raw in (part.strip() for part in text.split(",")):
+        if not raw:
+            continue
+        name, sep, protocol = raw.partition(":")
+        if not sep or not name.strip() or not protocol.strip():
+            raise BrokerConfigError(f"{SECURITY_PROTOCOL_MAP}={text}: {raw!r} is not NAME:PROTOCOL")
+        mapping[name.strip().upper()] = protocol.strip().upper()
+    return mapping
+
+
+def kafka_listeners(
+    settings: BrokerSettings, grpc_host: str, advertised: dict[str, tuple[str, int]], node_host: str
+) -> tuple[KafkaListenerSpec, ...]:
+    """The Kafka listeners to serve: ``listeners`` minus its GRPC entry (default: one
+    ``PLAINTEXT://<grpc host>:0``); each must map to a supported security protocol, and each
+    registers its ``advertised.listeners`` entry (default: its own host, or ``node_host`` — the host
+    the gRPC endpoint advertises — when it binds every interface, and its bound port)."""
+    entries = parse_listener_list(settings.listeners, LISTENERS) if settings.listeners else {}
+    entries.pop(GRPC_LISTENER, None)
+    if not entries:
+        entries = {DEFAULT_KAFKA_LISTENER: (grpc_host, 0)}
+    protocols = _security_protocols(settings.listener_security_protocol_map)
+    specs = []
+    for name, (host, port) in entries.items():
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise BrokerConfigError(
+                f"{LISTENERS}: listener {name} has no security protocol in {SECURITY_PROTOCOL_MAP}="
+                f"{settings.listener_security_protocol_map}; add {name}:PLAINTEXT"
+            )
+        if protocol not in SUPPORTED_SECURITY_PROTOCOLS:
+            raise BrokerConfigError(
+                f"{LISTENERS}: listener {name} uses {protocol}, which pykraft does not support yet "
+                f"(only {', '.join(sorted(SUPPORTED_SECURITY_PROTOCOLS))}); SSL and SASL come later"
+            )
+        default_host = node_host if host in NON_ROUTABLE_HOSTS else host
+        advertised_host, advertised_port = advertised.get(name, (default_host, 0))
+        specs.append(KafkaListenerSpec(name, host, port, advertised_host, advertised_port))
+    unknown = set(advertised) - set(entries) - {GRPC_LISTENER}
+    if unknown:
+        raise BrokerConfigError(
+            f"{ADVERTISED_LISTENERS}: {', '.join(sorted(unknown))} is not in {LISTENERS} "
+            f"(listeners: {', '.join(sorted(entries))})"
+        )
+    return tuple(specs)
+
+
+def _take_listeners(items: list[str], args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """Take Kafka's ``listeners`` out of the merged items (the shared identity rule would read it as
+    the gRPC address): its GRPC entry fills ``--listen`` when not given; the rest stays a setting."""
+    rest, from_items = [], None
+    for item in items:
+        key, _, text = item.partition("=")
+        if key.strip() == LISTENERS:
+            from_items = text.strip()  # the last one wins, as for every setting
+        else:
+            rest.append(item)
+    value = getattr(args, "listeners", None) or from_items  # the flag wins
+    if value is None:
+        return rest, None
+    entries = parse_listener_list(value, LISTENERS)
+    if args.listen is None and GRPC_LISTENER in entries:
+        host, port = entries[GRPC_LISTENER]
+        args.listen = f"{host}:{port}"
+    return rest, value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -222,6 +369,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--advertised-listener", "--advertised-listeners", dest="advertised_listener", default=None,
         metavar="HOST:PORT", help="address registered for clients and other brokers (default: --listen)",
     )  # fmt: skip
+    parser.add_argument(
+        "--listeners", default=None, metavar="NAME://HOST:PORT,...",
+        help="Kafka listeners, e.g. PLAINTEXT://127.0.0.1:9092 (port 0: any free port); a GRPC://HOST:PORT "
+        "entry stands for --listen (default: PLAINTEXT on --listen's host, any free port)",
+    )  # fmt: skip
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--config-file", type=Path, default=None, help="Kafka-style key=value properties")
     parser.add_argument("--log-level", default="WARNING")
@@ -232,10 +384,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> BrokerConfig:
-    known = {*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS, ADVERTISED_LISTENERS, *IDENTITY_FLAGS}
+    known = {*BROKER_OVERRIDES, *BROKER_FLAGS, *TOPIC_DEFAULT_KEYS, *LISTENER_KEYS, *IDENTITY_FLAGS}
     try:
         items = collect_overrides(args.override, known, os.environ, args.config_file)
+        items, listeners_value = _take_listeners(items, args)
         items = fill_identity(args, items, IDENTITY_CONVERTERS)
+        if listeners_value is not None:
+            items.append(f"{LISTENERS}={listeners_value}")
         if args.controllers is None and getattr(args, "voters", None):  # Kafka's brokers know the voters
             args.controllers = ",".join(v.partition("@")[2] for v in args.voters.split(","))
         require(args, *REQUIRED_FLAGS)
@@ -253,9 +408,11 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
         raise BrokerConfigError(f"--metrics-port {args.metrics_port}: must be 1..65535, 0 (any) or -1 (off)")
     settings = parse_overrides(items)
     if args.advertised_listener is not None:
-        advertised = _listener(args.advertised_listener, "--advertised-listener")
-    elif settings.advertised_listeners:
-        advertised = _listener(settings.advertised_listeners, f"setting {ADVERTISED_LISTENERS}")
+        advertised_all = _advertised(args.advertised_listener, "--advertised-listener")
+    else:
+        advertised_all = _advertised(settings.advertised_listeners) if settings.advertised_listeners else {}
+    if GRPC_LISTENER in advertised_all:
+        advertised = advertised_all[GRPC_LISTENER]
     elif host in NON_ROUTABLE_HOSTS:
         raise BrokerConfigError(
             f"--listen {args.listen}: other nodes cannot dial {host}; set --advertised-listener HOST:PORT "
@@ -263,14 +420,10 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
         )
     else:
         advertised = (host, int(port))
+    listeners = kafka_listeners(settings, host, advertised_all, advertised[0])
     return BrokerConfig(
         args.node_id, host, int(port), controllers, args.data_dir, args.rack or "", settings,
-        args.metrics_port, *advertised,
+        args.metrics_port, *advertised, kafka_listeners=listeners,
     )  # fmt: skip
 
 
-def _listener(text: str, what: str) -> tuple[str, int]:
-    try:
-        return parse_listener(text, what)
-    except SettingsError as exc:
-        raise BrokerConfigError(str(exc)) from None

@@ -63,7 +63,7 @@ def broker_args(listen: str, extra: list[str]) -> argparse.Namespace:
     ("listen", "file", "env", "extra", "endpoint"),
     [
         ("127.0.0.1:9092", None, None, [], ("127.0.0.1", 9092)),
-        ("127.0.0.1:9092", "PLAINTEXT://proxy:1", None, [], ("proxy", 1)),
+        ("127.0.0.1:9092", "GRPC://proxy:1", None, [], ("proxy", 1)),
         ("127.0.0.1:9092", "proxy:1", "proxy:2", [], ("proxy", 2)),
         ("127.0.0.1:9092", None, "proxy:2", ["--override", "advertised.listeners=proxy:3"], ("proxy", 3)),
         ("0.0.0.0:9092", None, "proxy:2", ["--advertised-listener", "broker-1:4"], ("broker-1", 4)),
