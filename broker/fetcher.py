@@ -18,6 +18,13 @@ an action for the driver:
 - FENCED_LEADER_EPOCH: the partition is dropped from this fetcher (``Fenced``) until the metadata log
   says who leads now; any other error: the partition backs off ``fetch_backoff_ms``.
 
+A truncation must move the fetch position (offset or last fetched epoch). The leader answers a
+diverging epoch at once, without parking the fetch, so a truncation that changes nothing would loop
+as fast as the network allows. When the same truncation answer comes back for the same position as
+the previous one, the action carries ``repeated`` >= 1 and the partition backs off
+``fetch_backoff_ms``; the driver logs the first repeat of such a streak as a warning. Any other
+answer, or a new position, ends the streak.
+
 After applying an action the driver reports the new end of the local log with ``update_position``.
 An answer is applied only if the partition's state is still the one the request was built from
 (same fetch offset and leader epoch, not removed meanwhile): a late or duplicated response is
@@ -105,9 +112,14 @@ class AppendRecords:
 
 @dataclass(frozen=True, slots=True)
 class TruncateTo:
+    """Truncate the local log to ``offset``. ``repeated`` counts how many times in a row the leader gave
+    this same answer to this same position (0: the first time); from 1 on the truncation makes no
+    progress, the partition is backed off and the driver warns once, at 1."""
+
     topic_partition: TopicPartitionKey
     offset: int
     reason: str
+    repeated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +155,9 @@ class ReplicaFetcher:
         self.broker_epoch = broker_epoch
         self.config = config
         self._states: dict[TopicPartitionKey, PartitionFetchState] = {}
+        # The last truncation answer per partition: (fetch offset, last fetched epoch, truncation
+        # offset, reason) and how many times in a row it repeated (see the module docstring).
+        self._truncations: dict[TopicPartitionKey, tuple[tuple[object, ...], int]] = {}
         self._in_flight: FetchRequestPlan | None = None
         self._request_ids = itertools.count(1)
 
@@ -157,9 +172,11 @@ class ReplicaFetcher:
     ) -> None:
         """Start (or restart, for a new leader epoch) fetching ``tp`` from the local log end."""
         self._states[tp] = PartitionFetchState(fetch_offset, last_fetched_epoch, current_leader_epoch)
+        self._truncations.pop(tp, None)
 
     def remove_partition(self, tp: TopicPartitionKey) -> None:
         self._states.pop(tp, None)
+        self._truncations.pop(tp, None)
 
     def partitions(self) -> dict[TopicPartitionKey, PartitionFetchState]:
         return dict(self._states)
@@ -225,9 +242,24 @@ class ReplicaFetcher:
             if fetched is None or not self._still_current(state, part):
                 continue
             action = self._partition_action(tp, fetched, local_view, now_ms)
-            if action is not None:
-                actions.append(action)
+            if isinstance(action, TruncateTo):
+                action = self._note_truncation(part, action, now_ms)
+            else:
+                self._truncations.pop(tp, None)
+            actions.append(action)
         return actions
+
+    def _note_truncation(self, part: FetchRequestPartition, action: TruncateTo, now_ms: int) -> TruncateTo:
+        """The same truncation answer to the same position as last time is no progress: back off."""
+        tp = part.topic_partition
+        key = (part.fetch_offset, part.last_fetched_epoch, action.offset, action.reason)
+        previous = self._truncations.get(tp)
+        repeated = previous[1] + 1 if previous is not None and previous[0] == key else 0
+        self._truncations[tp] = (key, repeated)
+        if repeated == 0:
+            return action
+        self._delay(tp, now_ms)
+        return replace(action, repeated=repeated)
 
     def _take_in_flight(self, request_id: int) -> FetchRequestPlan | None:
         plan = self._in_flight
@@ -250,7 +282,7 @@ class ReplicaFetcher:
         fetched: FetchedPartition,
         local_view: Callable[[TopicPartitionKey], LocalLogView],
         now_ms: int,
-    ) -> FetchAction | None:
+    ) -> FetchAction:
         if fetched.error == ErrorCode.NONE and fetched.diverging_epoch is not None:
             local = local_view(tp)
             truncation = divergence.follower_truncation(

@@ -16,7 +16,8 @@ all the partitions followed there, parked on the leader up to ``replica.fetch.ma
    and is ``handle_request_failure`` (the partitions back off ``replica.fetch.backoff.ms``);
 3. ``actions = fetcher.handle_response(...)`` with the local log's view; the replica manager applies
    each action to the log (append, truncate by epoch), then the fetcher learns the new log end
-   (``update_position``).
+   (``update_position``). A truncation that made no progress (``TruncateTo.repeated``; the fetcher
+   backs the partition off) is logged once per streak: WARN ``divergence_no_progress``.
 
 The leader's address comes from the metadata image (``address_of``). Not thread-safe: everything runs
 on the broker's event loop.
@@ -33,10 +34,11 @@ from collections.abc import Callable
 import grpc
 
 from broker.divergence import EpochEndOffset
-from broker.fetcher import FetchedPartition, FetcherConfig, FetchRequestPlan, ReplicaFetcher
+from broker.fetcher import FetchedPartition, FetcherConfig, FetchRequestPlan, ReplicaFetcher, TruncateTo
 from broker.replica_manager import TP, ReplicaManager
 from proto import errors, replica_pb2, replica_pb2_grpc
 from proto.errors import ErrorCode
+from proto.logfmt import log_event
 from proto.serving import GRPC_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -157,6 +159,18 @@ class FetcherDriver:
                 self.fetcher.update_position(tp, *position)
             if failed:
                 self.fetcher.back_off(tp, monotonic_ms())
+            elif isinstance(action, TruncateTo) and action.repeated == 1:
+                self._warn_no_progress(action, position)
+
+    def _warn_no_progress(self, action: TruncateTo, position: tuple[int, int | None] | None) -> None:
+        log_end_offset, latest_epoch = position if position is not None else (None, None)
+        log_event(
+            log, logging.WARNING, "divergence_no_progress",
+            topic=action.topic_partition[0], partition=action.topic_partition[1], leader=self.leader_id,
+            truncation_offset=action.offset, reason=action.reason, log_end_offset=log_end_offset,
+            latest_epoch=latest_epoch, backoff_ms=self.fetcher.config.fetch_backoff_ms,
+            hint="the same truncation left the log unchanged; fetching again after each back-off",
+        )  # fmt: skip
 
     async def _exchange(
         self, stub: replica_pb2_grpc.ReplicaServiceStub, request: replica_pb2.ReplicaFetchRequest

@@ -136,3 +136,46 @@ def test_request_failure_backs_off_every_partition() -> None:
     f.handle_request_failure(plan.request_id, 5)  # a second report changes nothing
     assert f.build_request(5 + BACKOFF_MS - 1) is None
     assert f.build_request(5 + BACKOFF_MS) is not None
+
+
+def test_divergence_without_progress_backs_off() -> None:
+    """Issue 14, defect 1: a follower whose divergence handling makes no progress (the same truncation
+    answer to the same position, twice in a row) must back off replica.fetch.backoff.ms instead of
+    refetching at once — the leader answers a diverging epoch without long-polling, so a hot loop
+    burns both brokers. The action says how often in a row it repeated (the driver warns once)."""
+    f = fetcher()
+    diverged = ok(diverging_epoch=EpochEndOffset(2, 5))
+    now = 0
+    repeats = []
+    for _ in range(3):
+        plan = f.build_request(now)
+        assert plan is not None, f"partition not ready at {now} ms"
+        (action,) = f.handle_response(plan.request_id, {TP: diverged}, lambda tp: LOCAL, now)
+        assert isinstance(action, TruncateTo) and action.offset == 5
+        repeats.append(action.repeated)
+        f.update_position(TP, 7, 2)  # the truncation changed nothing: same position, same epoch
+        if action.repeated:
+            assert f.build_request(now) is None and f.next_wake_ms() == now + BACKOFF_MS
+            now += BACKOFF_MS
+    assert repeats == [0, 1, 2]
+    plan = f.build_request(now)
+    assert plan is not None
+    assert f.handle_response(plan.request_id, {TP: ok(records=b"x")}, lambda tp: LOCAL, now)  # progress
+    plan = f.build_request(now)
+    assert plan is not None, "progress ends the streak: no back-off"
+    (action,) = f.handle_response(plan.request_id, {TP: diverged}, lambda tp: LOCAL, now)
+    assert action.repeated == 0 and f.build_request(now) is not None
+
+
+def test_truncation_that_moves_the_position_is_progress() -> None:
+    """Truncating in steps (an epoch the follower did not know) changes the position each time: no
+    back-off between the steps."""
+    f = fetcher()
+    for offset, epoch in ((7, 2), (4, 1)):
+        f.update_position(TP, offset, epoch)
+        plan = f.build_request(0)
+        assert plan is not None
+        (action,) = f.handle_response(
+            plan.request_id, {TP: ok(diverging_epoch=EpochEndOffset(1, 4))}, lambda tp: LOCAL, 0
+        )
+        assert isinstance(action, TruncateTo) and action.repeated == 0
