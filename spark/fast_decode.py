@@ -269,41 +269,72 @@ def _fields(
     The fields up to the value length sit in each record's first ``WINDOW`` bytes. When every record
     is at least that long, those bytes are first gathered into one small contiguous array (one
     pass over the fetched buffer instead of one scattered ``take`` per varint byte), and the
-    varints are decoded there; a varint that does not end inside its record's window is decoded
-    from the buffer instead. Each record's ``length`` varint is checked the same way.
+    varints are decoded there (``_fields_in_windows``). Each record's ``length`` varint is checked
+    the same way.
     """
     n = len(starts)
-    data = _u8(buffer)
-    sizes = pc.subtract(ends, starts)
-    windows = _windows(buffer, starts, ends, n) if pc.min(sizes).as_py() >= WINDOW else None
-    if windows is None:
-        src, shift, limit = data, ZERO, None
-    else:
-        src, shift, limit = windows, pc.subtract(starts, pc.multiply(_arange(n), i64(WINDOW))), WINDOW
-    src_starts = pc.subtract(starts, shift)
-    if check_lengths:
-        size, header_size = _length_varints(src, src_starts)
-        holds = pc.and_(pc.equal(size, sizes), pc.equal(header_size, pc.subtract(bodies, starts)))
-        if not pc.all(holds).as_py():
+    sizes, header_sizes = pc.subtract(ends, starts), pc.subtract(bodies, starts)
+    if pc.min(sizes).as_py() < WINDOW:
+        if check_lengths and not _lengths_hold(_u8(buffer), starts, header_sizes, sizes):
             return None
-    pos = pc.add(pc.subtract(bodies, shift), ONE)  # skip the record's attributes byte
-    ts_delta, pos = _varints(src, pos, MAX_VARLONG_BYTES)
-    offset_delta, pos = _varints(src, pos, MAX_VARINT_BYTES)
-    key_length, pos = _varints(src, pos, MAX_VARINT_BYTES)
-    if limit is not None and not _inside(pos, src_starts, limit):
         return _fields_in_buffer(buffer, bodies)
+    windows = _windows(buffer, starts, ends, n)
+    shift = pc.subtract(starts, pc.multiply(_arange(n), i64(WINDOW)))  # buffer position - window position
+    if check_lengths and not _lengths_hold(windows, pc.subtract(starts, shift), header_sizes, sizes):
+        return None
+    return _fields_in_windows(buffer, windows, shift, bodies)
+
+
+def _lengths_hold(src: pa.Array, src_starts: pa.Array, header_sizes: pa.Array, sizes: pa.Array) -> bool:
+    """Whether every record's ``length`` varint (read at ``src_starts`` in ``src``) gives its layout."""
+    size, header_size = _length_varints(src, src_starts)
+    return pc.all(pc.and_(pc.equal(size, sizes), pc.equal(header_size, header_sizes))).as_py()
+
+
+def _fields_in_windows(buffer: pa.Buffer, windows: pa.Array, shift: pa.Array, bodies: pa.Array) -> _Fields:
+    """``_fields`` from the windows; what does not end inside its record's window is read from the buffer.
+
+    In the windows, the bytes after a record's window are the next record's (and past the last
+    window, its last byte again), so a varint that runs past its window — a long key puts the value
+    length there — is neither decoded nor declined from there.
+    """
+    window_starts = pc.multiply(_arange(len(bodies)), i64(WINDOW))
+    pos = pc.add(pc.subtract(bodies, shift), ONE)  # skip the record's attributes byte
+    head_sizes = (MAX_VARLONG_BYTES, MAX_VARINT_BYTES, MAX_VARINT_BYTES)  # timestampDelta .. keyLength
+    head = _window_varints(windows, pos, window_starts, head_sizes)
+    if head is None:
+        return _fields_in_buffer(buffer, bodies)
+    (ts_delta, offset_delta, key_length), pos = head
     key_start = pc.add(pos, shift)
-    value_length_pos = pc.add(pos, pc.max_element_wise(key_length, ZERO))
-    value_length = after = None
-    if limit is not None:
-        value_length, after = _varints(src, value_length_pos, MAX_VARINT_BYTES)
-        if not _inside(after, src_starts, limit):
-            value_length = None
-    if value_length is None:
-        value_length, after = _varints(data, pc.add(value_length_pos, shift), MAX_VARINT_BYTES)
+    value_length_pos = pc.add(pos, pc.max_element_wise(key_length, ZERO))  # a null key (-1) takes no bytes
+    tail = None
+    if _inside(value_length_pos, window_starts, WINDOW - 1):
+        tail = _window_varints(windows, value_length_pos, window_starts, (MAX_VARINT_BYTES,))
+    if tail is None:
+        value_length, value_start = _varints(_u8(buffer), pc.add(value_length_pos, shift), MAX_VARINT_BYTES)
     else:
-        after = pc.add(after, shift)
-    return _Fields(ts_delta, offset_delta, key_start, key_length, after, value_length)
+        (value_length,), value_start = tail[0], pc.add(tail[1], shift)
+    return _Fields(ts_delta, offset_delta, key_start, key_length, value_start, value_length)
+
+
+def _window_varints(
+    windows: pa.Array, pos: pa.Array, window_starts: pa.Array, max_bytes: tuple[int, ...]
+) -> tuple[list[pa.Array], pa.Array] | None:
+    """Consecutive varints at ``pos`` in the windows: (values, position after); None if one leaves its window.
+
+    ``_inside`` once at the end suffices: positions only grow, so a varint that left its window
+    leaves every later position outside too.
+    """
+    values = []
+    for most in max_bytes:
+        decoded = _varints_or_none(windows, pos, most)
+        if decoded is None:
+            return None
+        value, pos = decoded
+        values.append(value)
+    if not _inside(pos, window_starts, WINDOW):
+        return None
+    return values, pos
 
 
 def _fields_in_buffer(buffer: pa.Buffer, bodies: pa.Array) -> _Fields:
@@ -384,6 +415,14 @@ def _check_fits(pos, end, header_count, key_length, value_length, headers_wanted
 
 def _varints(data: pa.Array, pos: pa.Array, max_bytes: int) -> tuple[pa.Array, pa.Array]:
     """Zigzag varints at ``pos`` for all records at once: (values int64, positions after them)."""
+    decoded = _varints_or_none(data, pos, max_bytes)
+    if decoded is None:
+        raise FastPathDeclined("varint longer than allowed")
+    return decoded
+
+
+def _varints_or_none(data: pa.Array, pos: pa.Array, max_bytes: int) -> tuple[pa.Array, pa.Array] | None:
+    """``_varints``, or None when a varint is longer than ``max_bytes``."""
     last = i64(len(data) - 1)
     raw = pc.cast(pc.take(data, pc.min_element_wise(pos, last)), pa.int64())
     more = pc.greater_equal(raw, CONTINUATION)
@@ -395,7 +434,7 @@ def _varints(data: pa.Array, pos: pa.Array, max_bytes: int) -> tuple[pa.Array, p
             if not pc.any(more).as_py():
                 break
             if k == max_bytes:
-                raise FastPathDeclined("varint longer than allowed")
+                return None
             byte = pc.cast(pc.take(data, pc.min_element_wise(pc.add(pos, i64(k)), last)), pa.int64())
             part = pc.shift_left(pc.bit_wise_and(byte, PAYLOAD), i64(7 * k))
             raw = pc.if_else(more, pc.bit_wise_or(raw, part), raw)
