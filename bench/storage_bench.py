@@ -1,6 +1,6 @@
 """Storage benchmark (issue 2 §5): the v2 codec vs kafka-python, and the partition log vs plain files.
 
-    ./dev bench storage_bench [--size-mib 1024] [--rounds 7] [--dir DIR]
+    ./dev bench storage_bench [--size-mib 1024] [--rounds 7] [--dir DIR] [--validation-only]
 
 Every figure is printed next to a baseline measured in the same run, on the same bytes:
 
@@ -16,6 +16,11 @@ Every figure is printed next to a baseline measured in the same run, on the same
    Neither fsyncs: Kafka's default (flush.messages / flush.ms unset) relies on replication.
 3. read: MB/s of ``Log.read`` in 1 MiB fetches over the whole log vs ``os.pread`` of the plain file
    in 1 MiB chunks (both from the page cache: the files were just written).
+5. validation (``--validation-only`` runs just this): records/s per CPU-second of
+   ``Log.append_as_leader`` with the leader's record check (``storage.log_validator``: decompress and
+   walk the records, issue 14) and without it (the same call with ``check_batch_records`` replaced by
+   a no-op), alternating rounds of ``VALIDATION_BATCHES`` 1,000-record batches, best round of each,
+   for uncompressed, lz4 and zstd batches; plus the check's cost per record in microseconds.
 4. recovery: time to open the log after an unclean stop with a torn tail (half a batch appended to
    the active segment, no clean-shutdown marker, no recovery-point checkpoint, so every segment is
    scanned and its indexes rebuilt: the worst case) (target < 5 s).
@@ -40,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 from kafka.record.memory_records import MemoryRecords  # noqa: E402
 
+from storage import log_validator  # noqa: E402
 from storage.batch_header import iter_batches as iter_headers  # noqa: E402
 from storage.compression import CompressionType  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
@@ -54,6 +60,7 @@ FETCH_BYTES = 1 << 20
 CHUNK_BATCHES = 64  # ~7 MB: the unit in which log appends and plain writes alternate
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 MB = 1e6
+VALIDATION_BATCHES = 40  # per round and contender: ~4.4 MB appended
 
 
 def machine_info() -> str:
@@ -300,6 +307,39 @@ def tear_tail(log_dir: Path, batch: bytes) -> int:
     return len(torn)
 
 
+# ---- validation --------------------------------------------------------------------------------
+
+
+def bench_validation(rounds: int, workdir: Path) -> None:
+    print("\n#### Leader append with and without the record check (records per CPU-second, best round)\n")
+    print("| batches | with check | without check | ratio | check cost per record |")
+    print("|---|---|---|---|---|")
+    checked = log_validator.check_batch_records
+    for codec, compressible in [(CompressionType.NONE, False), (CompressionType.LZ4, True),
+                                (CompressionType.ZSTD, True)]:  # fmt: skip
+        batch = build_batch(make_records(int(codec), compressible), compression=codec)
+        log = Log(workdir / f"validation-{codec.name.lower()}", LogConfig())
+
+        def append(check: bool, log: Log = log, batch: bytes = batch) -> int:
+            log_validator.check_batch_records = checked if check else _no_check
+            try:
+                for _ in range(VALIDATION_BATCHES):
+                    log.append_as_leader(batch, 0)
+            finally:
+                log_validator.check_batch_records = checked
+            return VALIDATION_BATCHES * RECORDS_PER_BATCH
+
+        rates = best_rates({"with": lambda: append(True), "without": lambda: append(False)}, rounds)
+        log.close()
+        cost_us = (1 / rates["with"] - 1 / rates["without"]) * 1e6
+        print(f"| {codec.name.lower()}, {len(batch):,} bytes | {rates['with']:,.0f} | "
+              f"{rates['without']:,.0f} | {rates['with'] / rates['without']:.2f}x | {cost_us:.2f} µs |")
+
+
+def _no_check(*_args: object) -> None:
+    """The record check switched off (the 'without' contender)."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -308,16 +348,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds for the codec figures")
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--skip-log", action="store_true", help="codec figures only")
+    parser.add_argument("--validation-only", action="store_true", help="the record-check figures only")
     args = parser.parse_args()
     print(f"# storage_bench: {' '.join(sys.argv[1:]) or '(defaults)'}\n")
     print(machine_info())
-    bench_codec(args.rounds)
-    if not args.skip_log:
-        workdir = Path(tempfile.mkdtemp(prefix="storage-bench-", dir=args.dir))
-        try:
+    if not args.validation_only:
+        bench_codec(args.rounds)
+    workdir = Path(tempfile.mkdtemp(prefix="storage-bench-", dir=args.dir))
+    try:
+        bench_validation(args.rounds, workdir)
+        if not args.skip_log and not args.validation_only:
             bench_log(args.size_mib, workdir)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,19 @@
-"""Validating appended batches and assigning their offsets, Kafka's ``LogValidator`` (no records decoded).
+"""Validating appended batches and assigning their offsets, Kafka's ``LogValidator``.
 
 A produce (or a follower fetch) hands the log a buffer of whole v2 batches. Before anything is written,
 every batch must pass: header and CRC-32C (``batch_header.validate_batch``), size <= max.message.bytes,
 recordsCount == lastOffsetDelta + 1. The first failure raises a Kafka error naming the batch and the
 rule; the log then writes nothing (all or nothing).
+
+On the leader (a client's batches) the records are checked too, as Kafka's LogValidator does
+(``record_batch.check_batch_records``): a compressed region must decompress with its codec, and the
+records must match the header (recordsCount records, each within its length, offset deltas 0..n-1, no
+bytes left over) — else CORRUPT_MESSAGE and nothing is appended. A CRC only proves that the bytes
+arrived as the producer sent them; without this check a batch marked zstd whose payload is not zstd
+was appended, and every consumer then failed at its offset. Uncompressed batches are walked as well
+(Kafka iterates their records too): the walk skips keys and values by length without copying them
+(its cost is in bench/RESULTS.md, ``storage_bench --validation``). A follower does not re-check: it
+stores what its leader accepted (and a compacted leader's batches have offset gaps).
 
 Offsets on the leader: batch i gets ``baseOffset = LEO + records before it`` and the leader's epoch.
 Both fields are outside the CRC (bytes 0-7 and 12-15), so each batch becomes *pieces to write*: a new
@@ -38,6 +48,7 @@ from storage.batch_header import (
     validate_batch,
 )
 from storage.config import LogConfig
+from storage.record_batch import check_batch_records
 from storage.segment import AppendedBatch
 
 _MAX_TIMESTAMP_POS = 35
@@ -82,6 +93,8 @@ def validate_batches(
         while position < size:
             header = validate_batch(data, position)  # also checks the batch lies inside ``data``
             _check_batch(position, header, config, replicated)
+            if not replicated:  # the leader's check; a follower keeps what the leader accepted
+                check_batch_records(data, position, header)
             headers.append((position, header))
             records += header.records_count
             position += header.batch_length + LOG_OVERHEAD

@@ -519,6 +519,112 @@ def _decode_headers(data: bytes, pos: int, record_end: int, index: int) -> tuple
     return tuple(decoded), pos
 
 
+
+# ----------------------------------------------------------------------------------------------
+# Checking without decoding (the broker's LogValidator)
+
+
+def check_batch_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
+    """Check that the records of the (already CRC-checked) batch at ``pos`` match its header, as
+    Kafka's ``LogValidator`` does on the leader: the region decompresses with the batch's codec
+    (bounded), holds exactly ``recordsCount`` records whose lengths and fields fit, and numbers them
+    with offset deltas 0, 1, 2, ... (what every producer writes; the broker never re-encodes a batch,
+    so it cannot renumber them as Kafka would). Raises ``CorruptRecordError`` naming the problem."""
+    start, end = pos + HEADER_SIZE, pos + header.size_in_bytes
+    codec = header.attributes & COMPRESSION_MASK
+    region = memoryview(buf)[start:end]
+    data = decompress(codec, region) if codec != CompressionType.NONE else bytes(region)
+    count = header.records_count
+    if count > len(data) // MIN_RECORD_BYTES:
+        raise CorruptRecordError(
+            f"recordsCount {count} cannot fit in {len(data)} bytes of records "
+            f"(each record takes at least {MIN_RECORD_BYTES})"
+        )
+    check_records(data, count)
+
+
+def check_records(data: bytes, count: int) -> None:
+    """Walk ``count`` records filling ``data`` without building them (see ``check_batch_records``).
+
+    The same varint inlining as ``_decode_region`` (1- and 2-byte varints from tables, longer ones by
+    ``read_unsigned``); keys and values are skipped by length, never sliced."""
+    zz1, zz2, min_body, end = _ZZ1, _ZZ2, MIN_RECORD_BODY_BYTES, len(data)
+    pos = index = 0
+    try:
+        for index in range(count):
+            raw = data[pos]  # length
+            if raw < 0x80:
+                pos += 1
+                record_end = pos + zz1[raw]
+            elif (low := data[pos + 1]) < 0x80:
+                pos += 2
+                record_end = pos + zz2[raw + (low << 7)]
+            else:
+                raw, pos = read_unsigned(data, pos)
+                record_end = pos + ((raw >> 1) ^ -(raw & 1))
+            if not pos + min_body <= record_end <= end:
+                raise CorruptRecordError(
+                    f"record {index} at byte {pos} ends at {record_end}, outside its region of {end} bytes"
+                )
+            # attributes at pos, then timestampDelta (any value is valid: only skip it)
+            if data[pos + 1] < 0x80:
+                pos += 2
+            elif data[pos + 2] < 0x80:
+                pos += 3
+            else:
+                pos = read_unsigned(data, pos + 1)[1]
+            raw = data[pos]  # offsetDelta
+            if raw < 0x80:
+                pos += 1
+                delta = zz1[raw]
+            elif (low := data[pos + 1]) < 0x80:
+                pos += 2
+                delta = zz2[raw + (low << 7)]
+            else:
+                raw, pos = read_unsigned(data, pos)
+                delta = (raw >> 1) ^ -(raw & 1)
+            if delta != index:
+                raise CorruptRecordError(
+                    f"record {index} has offsetDelta {delta}; a batch numbers its records 0, 1, 2, ..."
+                )
+            raw = data[pos]  # keyLength, then the key
+            if raw < 0x80:
+                pos += 1
+                size = zz1[raw]
+            else:
+                raw, pos = read_unsigned(data, pos)
+                size = (raw >> 1) ^ -(raw & 1)
+            if size >= 0:
+                pos += size
+            elif size != NULL_LENGTH:
+                raise CorruptRecordError(f"record {index} key length {size} is negative")
+            raw = data[pos]  # valueLength, then the value
+            if raw < 0x80:
+                pos += 1
+                size = zz1[raw]
+            elif (low := data[pos + 1]) < 0x80:
+                pos += 2
+                size = zz2[raw + (low << 7)]
+            else:
+                raw, pos = read_unsigned(data, pos)
+                size = (raw >> 1) ^ -(raw & 1)
+            if size >= 0:
+                pos += size
+            elif size != NULL_LENGTH:
+                raise CorruptRecordError(f"record {index} value length {size} is negative")
+            if data[pos] == 0:  # headerCount: no headers, almost always
+                pos += 1
+            else:
+                pos = _decode_headers(data, pos, record_end, index)[1]
+            if pos != record_end:
+                raise CorruptRecordError(
+                    f"record {index} declares it ends at byte {record_end} but its fields end at {pos}"
+                )
+    except IndexError:
+        raise CorruptRecordError(f"record {index} is truncated: the records region ends inside it") from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after the {count} records the header counts")
+
 __all__ = [
     "NO_TIMESTAMP",
     "CompressionType",
@@ -527,6 +633,8 @@ __all__ = [
     "Record",
     "TimestampType",
     "build_batch",
+    "check_batch_records",
+    "check_records",
     "decode_batch",
     "decode_columns",
     "decode_records",
