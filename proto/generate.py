@@ -1,9 +1,11 @@
-"""Regenerate the protobuf and gRPC Python code from ``proto/*.proto``.
+"""Regenerate the protobuf and gRPC Python code from ``proto/*.proto`` and the Kafka protocol codec.
 
 Run it as ``./dev proto`` (or ``python -m proto.generate``). The generated modules sit beside the
 ``.proto`` files and are imported as ``from proto import broker_pb2``. They are committed behind a
 "generated, do not edit" banner; ``tests/unit/proto/test_generated_fresh.py`` regenerates into a
-temporary directory and fails when the committed files differ.
+temporary directory and fails when the committed files differ. It then runs
+``proto.kafka.generate`` (``proto/kafka/messages.py`` from ``proto/kafka/schemas/*.json``), which has
+its own staleness test in ``tests/unit/proto/kafka/``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import tempfile
 from pathlib import Path
 
 from grpc_tools import protoc
+
+from proto.kafka import generate as kafka_generate
 
 PROTO_DIR = Path(__file__).resolve().parent
 ROOT = PROTO_DIR.parent
@@ -64,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in generate_into(Path(tmp)):
             shutil.copyfile(path, PROTO_DIR / path.name)
             print(f"wrote proto/{path.name}")
-    return 0
+    return kafka_generate.main([])
 
 
 if __name__ == "__main__":
