@@ -55,6 +55,7 @@ Records = Union[bytes, bytearray, memoryview]
 ZERO_UUID = uuid.UUID(int=0)
 
 
+_S_b = struct.Struct('>b')
 _S_h = struct.Struct('>h')
 _S_hh = struct.Struct('>hh')
 _S_hhh = struct.Struct('>hhh')
@@ -78,17 +79,23 @@ _S_iiiibii = struct.Struct('>iiiibii')
 _S_iiq = struct.Struct('>iiq')
 _S_iiqiqi = struct.Struct('>iiqiqi')
 _S_iiqqi = struct.Struct('>iiqqi')
+_S_io = struct.Struct('>i?')
 _S_iq = struct.Struct('>iq')
 _S_iqh = struct.Struct('>iqh')
 _S_iqi = struct.Struct('>iqi')
+_S_iqq = struct.Struct('>iqq')
 _S_iqqi = struct.Struct('>iqqi')
 _S_o = struct.Struct('>?')
+_S_ob = struct.Struct('>?b')
+_S_obo = struct.Struct('>?b?')
 _S_oo = struct.Struct('>??')
 _S_ooo = struct.Struct('>???')
 _S_q = struct.Struct('>q')
 _S_qi = struct.Struct('>qi')
+_S_qiiqiq = struct.Struct('>qiiqiq')
 _S_qq = struct.Struct('>qq')
 _S_u = struct.Struct('>16s')
+_S_uh = struct.Struct('>16sh')
 _S_uo = struct.Struct('>16s?')
 
 
@@ -440,6 +447,400 @@ class MetadataResponse:
 
 
 @dataclass(slots=True)
+class OffsetCommitRequestPartition:
+    """Struct of request.topics.partitions, versions 0-8."""
+
+    partition_index: int = 0
+    committed_offset: int = 0
+    committed_leader_epoch: int = -1
+    commit_timestamp: int = -1
+    committed_metadata: str | None = None
+
+
+@dataclass(slots=True)
+class OffsetCommitRequestTopic:
+    """Struct of request.topics, versions 0-8."""
+
+    name: str = ""
+    partitions: list[OffsetCommitRequestPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetCommitRequest:
+    """OffsetCommit request (api key 8), versions 0-8."""
+
+    API_KEY: ClassVar[int] = 8
+    group_id: str = ""
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    retention_time_ms: int = -1
+    topics: list[OffsetCommitRequestTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetCommitResponsePartition:
+    """Struct of response.topics.partitions, versions 0-8."""
+
+    partition_index: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class OffsetCommitResponseTopic:
+    """Struct of response.topics, versions 0-8."""
+
+    name: str = ""
+    partitions: list[OffsetCommitResponsePartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetCommitResponse:
+    """OffsetCommit response (api key 8), versions 0-8."""
+
+    API_KEY: ClassVar[int] = 8
+    throttle_time_ms: int = 0
+    topics: list[OffsetCommitResponseTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetFetchRequestTopic:
+    """Struct of request.topics, versions 0-8."""
+
+    name: str = ""
+    partition_indexes: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetFetchRequestTopics:
+    """Struct of request.groups.topics, versions 0-8."""
+
+    name: str = ""
+    partition_indexes: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetFetchRequestGroup:
+    """Struct of request.groups, versions 0-8."""
+
+    group_id: str = ""
+    topics: list[OffsetFetchRequestTopics] | None = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetFetchRequest:
+    """OffsetFetch request (api key 9), versions 0-8."""
+
+    API_KEY: ClassVar[int] = 9
+    group_id: str = ""
+    topics: list[OffsetFetchRequestTopic] | None = field(default_factory=list)
+    groups: list[OffsetFetchRequestGroup] = field(default_factory=list)
+    require_stable: bool = False
+
+
+@dataclass(slots=True)
+class OffsetFetchResponsePartition:
+    """Struct of response.topics.partitions, versions 0-8."""
+
+    partition_index: int = 0
+    committed_offset: int = 0
+    committed_leader_epoch: int = -1
+    metadata: str | None = None
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseTopic:
+    """Struct of response.topics, versions 0-8."""
+
+    name: str = ""
+    partitions: list[OffsetFetchResponsePartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetFetchResponsePartitions:
+    """Struct of response.groups.topics.partitions, versions 0-8."""
+
+    partition_index: int = 0
+    committed_offset: int = 0
+    committed_leader_epoch: int = -1
+    metadata: str | None = None
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseTopics:
+    """Struct of response.groups.topics, versions 0-8."""
+
+    name: str = ""
+    partitions: list[OffsetFetchResponsePartitions] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseGroup:
+    """Struct of response.groups, versions 0-8."""
+
+    group_id: str = ""
+    topics: list[OffsetFetchResponseTopics] = field(default_factory=list)
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class OffsetFetchResponse:
+    """OffsetFetch response (api key 9), versions 0-8."""
+
+    API_KEY: ClassVar[int] = 9
+    throttle_time_ms: int = 0
+    topics: list[OffsetFetchResponseTopic] = field(default_factory=list)
+    error_code: int = 0
+    groups: list[OffsetFetchResponseGroup] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FindCoordinatorRequest:
+    """FindCoordinator request (api key 10), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 10
+    key: str = ""
+    key_type: int = 0
+    coordinator_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FindCoordinatorResponseCoordinator:
+    """Struct of response.coordinators, versions 0-4."""
+
+    key: str = ""
+    node_id: int = 0
+    host: str = ""
+    port: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class FindCoordinatorResponse:
+    """FindCoordinator response (api key 10), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 10
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+    node_id: int = 0
+    host: str = ""
+    port: int = 0
+    coordinators: list[FindCoordinatorResponseCoordinator] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class JoinGroupRequestProtocol:
+    """Struct of request.protocols, versions 0-7."""
+
+    name: str = ""
+    metadata: bytes = b""
+
+
+@dataclass(slots=True)
+class JoinGroupRequest:
+    """JoinGroup request (api key 11), versions 0-7."""
+
+    API_KEY: ClassVar[int] = 11
+    group_id: str = ""
+    session_timeout_ms: int = 0
+    rebalance_timeout_ms: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    protocol_type: str = ""
+    protocols: list[JoinGroupRequestProtocol] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class JoinGroupResponseMember:
+    """Struct of response.members, versions 0-7."""
+
+    member_id: str = ""
+    group_instance_id: str | None = None
+    metadata: bytes = b""
+
+
+@dataclass(slots=True)
+class JoinGroupResponse:
+    """JoinGroup response (api key 11), versions 0-7."""
+
+    API_KEY: ClassVar[int] = 11
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = ""
+    leader: str = ""
+    member_id: str = ""
+    members: list[JoinGroupResponseMember] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class HeartbeatRequest:
+    """Heartbeat request (api key 12), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 12
+    group_id: str = ""
+    generation_id: int = 0
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(slots=True)
+class HeartbeatResponse:
+    """Heartbeat response (api key 12), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 12
+    throttle_time_ms: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class LeaveGroupRequestMemberIdentity:
+    """Struct of request.members, versions 0-5."""
+
+    member_id: str = ""
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class LeaveGroupRequest:
+    """LeaveGroup request (api key 13), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 13
+    group_id: str = ""
+    member_id: str = ""
+    members: list[LeaveGroupRequestMemberIdentity] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class LeaveGroupResponseMemberResponse:
+    """Struct of response.members, versions 0-5."""
+
+    member_id: str = ""
+    group_instance_id: str | None = None
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class LeaveGroupResponse:
+    """LeaveGroup response (api key 13), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 13
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    members: list[LeaveGroupResponseMemberResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SyncGroupRequestAssignment:
+    """Struct of request.assignments, versions 0-5."""
+
+    member_id: str = ""
+    assignment: bytes = b""
+
+
+@dataclass(slots=True)
+class SyncGroupRequest:
+    """SyncGroup request (api key 14), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 14
+    group_id: str = ""
+    generation_id: int = 0
+    member_id: str = ""
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: list[SyncGroupRequestAssignment] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SyncGroupResponse:
+    """SyncGroup response (api key 14), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 14
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(slots=True)
+class DescribeGroupsRequest:
+    """DescribeGroups request (api key 15), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 15
+    groups: list[str] = field(default_factory=list)
+    include_authorized_operations: bool = False
+
+
+@dataclass(slots=True)
+class DescribeGroupsResponseDescribedGroupMember:
+    """Struct of response.groups.members, versions 0-5."""
+
+    member_id: str = ""
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    member_metadata: bytes = b""
+    member_assignment: bytes = b""
+
+
+@dataclass(slots=True)
+class DescribeGroupsResponseDescribedGroup:
+    """Struct of response.groups, versions 0-5."""
+
+    error_code: int = 0
+    group_id: str = ""
+    group_state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: list[DescribeGroupsResponseDescribedGroupMember] = field(default_factory=list)
+    authorized_operations: int = -2147483648
+
+
+@dataclass(slots=True)
+class DescribeGroupsResponse:
+    """DescribeGroups response (api key 15), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 15
+    throttle_time_ms: int = 0
+    groups: list[DescribeGroupsResponseDescribedGroup] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListGroupsRequest:
+    """ListGroups request (api key 16), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 16
+    states_filter: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListGroupsResponseListedGroup:
+    """Struct of response.groups, versions 0-4."""
+
+    group_id: str = ""
+    protocol_type: str = ""
+    group_state: str = ""
+
+
+@dataclass(slots=True)
+class ListGroupsResponse:
+    """ListGroups response (api key 16), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 16
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    groups: list[ListGroupsResponseListedGroup] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ApiVersionsRequest:
     """ApiVersions request (api key 18), versions 0-4."""
 
@@ -487,6 +888,165 @@ class ApiVersionsResponse:
     finalized_features_epoch: int = -1
     finalized_features: list[ApiVersionsResponseFinalizedFeatureKey] = field(default_factory=list)
     zk_migration_ready: bool = False
+
+
+@dataclass(slots=True)
+class CreateTopicsRequestCreatableReplicaAssignment:
+    """Struct of request.topics.assignments, versions 0-7."""
+
+    partition_index: int = 0
+    broker_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreateTopicsRequestCreatableTopicConfig:
+    """Struct of request.topics.configs, versions 0-7."""
+
+    name: str = ""
+    value: str | None = None
+
+
+@dataclass(slots=True)
+class CreateTopicsRequestCreatableTopic:
+    """Struct of request.topics, versions 0-7."""
+
+    name: str = ""
+    num_partitions: int = 0
+    replication_factor: int = 0
+    assignments: list[CreateTopicsRequestCreatableReplicaAssignment] = field(default_factory=list)
+    configs: list[CreateTopicsRequestCreatableTopicConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreateTopicsRequest:
+    """CreateTopics request (api key 19), versions 0-7."""
+
+    API_KEY: ClassVar[int] = 19
+    topics: list[CreateTopicsRequestCreatableTopic] = field(default_factory=list)
+    timeout_ms: int = 60000
+    validate_only: bool = False
+
+
+@dataclass(slots=True)
+class CreateTopicsResponseCreatableTopicConfigs:
+    """Struct of response.topics.configs, versions 0-7."""
+
+    name: str = ""
+    value: str | None = None
+    read_only: bool = False
+    config_source: int = -1
+    is_sensitive: bool = False
+
+
+@dataclass(slots=True)
+class CreateTopicsResponseCreatableTopicResult:
+    """Struct of response.topics, versions 0-7."""
+
+    name: str = ""
+    topic_id: uuid.UUID = ZERO_UUID
+    error_code: int = 0
+    error_message: str | None = None
+    topic_config_error_code: int = 0
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: list[CreateTopicsResponseCreatableTopicConfigs] | None = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreateTopicsResponse:
+    """CreateTopics response (api key 19), versions 0-7."""
+
+    API_KEY: ClassVar[int] = 19
+    throttle_time_ms: int = 0
+    topics: list[CreateTopicsResponseCreatableTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteTopicsRequestDeleteTopicState:
+    """Struct of request.topics, versions 0-6."""
+
+    name: str | None = None
+    topic_id: uuid.UUID = ZERO_UUID
+
+
+@dataclass(slots=True)
+class DeleteTopicsRequest:
+    """DeleteTopics request (api key 20), versions 0-6."""
+
+    API_KEY: ClassVar[int] = 20
+    topics: list[DeleteTopicsRequestDeleteTopicState] = field(default_factory=list)
+    topic_names: list[str] = field(default_factory=list)
+    timeout_ms: int = 0
+
+
+@dataclass(slots=True)
+class DeleteTopicsResponseDeletableTopicResult:
+    """Struct of response.responses, versions 0-6."""
+
+    name: str | None = ""
+    topic_id: uuid.UUID = ZERO_UUID
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class DeleteTopicsResponse:
+    """DeleteTopics response (api key 20), versions 0-6."""
+
+    API_KEY: ClassVar[int] = 20
+    throttle_time_ms: int = 0
+    responses: list[DeleteTopicsResponseDeletableTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteRecordsRequestDeleteRecordsPartition:
+    """Struct of request.topics.partitions, versions 0-2."""
+
+    partition_index: int = 0
+    offset: int = 0
+
+
+@dataclass(slots=True)
+class DeleteRecordsRequestDeleteRecordsTopic:
+    """Struct of request.topics, versions 0-2."""
+
+    name: str = ""
+    partitions: list[DeleteRecordsRequestDeleteRecordsPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteRecordsRequest:
+    """DeleteRecords request (api key 21), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 21
+    topics: list[DeleteRecordsRequestDeleteRecordsTopic] = field(default_factory=list)
+    timeout_ms: int = 0
+
+
+@dataclass(slots=True)
+class DeleteRecordsResponseDeleteRecordsPartitionResult:
+    """Struct of response.topics.partitions, versions 0-2."""
+
+    partition_index: int = 0
+    low_watermark: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class DeleteRecordsResponseDeleteRecordsTopicResult:
+    """Struct of response.topics, versions 0-2."""
+
+    name: str = ""
+    partitions: list[DeleteRecordsResponseDeleteRecordsPartitionResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteRecordsResponse:
+    """DeleteRecords response (api key 21), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 21
+    throttle_time_ms: int = 0
+    topics: list[DeleteRecordsResponseDeleteRecordsTopicResult] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -562,6 +1122,413 @@ class OffsetForLeaderEpochResponse:
     API_KEY: ClassVar[int] = 23
     throttle_time_ms: int = 0
     topics: list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeConfigsRequestDescribeConfigsResource:
+    """Struct of request.resources, versions 0-4."""
+
+    resource_type: int = 0
+    resource_name: str = ""
+    configuration_keys: list[str] | None = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeConfigsRequest:
+    """DescribeConfigs request (api key 32), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 32
+    resources: list[DescribeConfigsRequestDescribeConfigsResource] = field(default_factory=list)
+    include_synonyms: bool = False
+    include_documentation: bool = False
+
+
+@dataclass(slots=True)
+class DescribeConfigsResponseDescribeConfigsSynonym:
+    """Struct of response.results.configs.synonyms, versions 0-4."""
+
+    name: str = ""
+    value: str | None = None
+    source: int = 0
+
+
+@dataclass(slots=True)
+class DescribeConfigsResponseDescribeConfigsResourceResult:
+    """Struct of response.results.configs, versions 0-4."""
+
+    name: str = ""
+    value: str | None = None
+    read_only: bool = False
+    is_default: bool = False
+    config_source: int = -1
+    is_sensitive: bool = False
+    synonyms: list[DescribeConfigsResponseDescribeConfigsSynonym] = field(default_factory=list)
+    config_type: int = 0
+    documentation: str | None = None
+
+
+@dataclass(slots=True)
+class DescribeConfigsResponseDescribeConfigsResult:
+    """Struct of response.results, versions 0-4."""
+
+    error_code: int = 0
+    error_message: str | None = None
+    resource_type: int = 0
+    resource_name: str = ""
+    configs: list[DescribeConfigsResponseDescribeConfigsResourceResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeConfigsResponse:
+    """DescribeConfigs response (api key 32), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 32
+    throttle_time_ms: int = 0
+    results: list[DescribeConfigsResponseDescribeConfigsResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AlterConfigsRequestAlterableConfig:
+    """Struct of request.resources.configs, versions 0-2."""
+
+    name: str = ""
+    value: str | None = None
+
+
+@dataclass(slots=True)
+class AlterConfigsRequestAlterConfigsResource:
+    """Struct of request.resources, versions 0-2."""
+
+    resource_type: int = 0
+    resource_name: str = ""
+    configs: list[AlterConfigsRequestAlterableConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AlterConfigsRequest:
+    """AlterConfigs request (api key 33), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 33
+    resources: list[AlterConfigsRequestAlterConfigsResource] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@dataclass(slots=True)
+class AlterConfigsResponseAlterConfigsResourceResponse:
+    """Struct of response.responses, versions 0-2."""
+
+    error_code: int = 0
+    error_message: str | None = None
+    resource_type: int = 0
+    resource_name: str = ""
+
+
+@dataclass(slots=True)
+class AlterConfigsResponse:
+    """AlterConfigs response (api key 33), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 33
+    throttle_time_ms: int = 0
+    responses: list[AlterConfigsResponseAlterConfigsResourceResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreatePartitionsRequestCreatePartitionsAssignment:
+    """Struct of request.topics.assignments, versions 0-3."""
+
+    broker_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreatePartitionsRequestCreatePartitionsTopic:
+    """Struct of request.topics, versions 0-3."""
+
+    name: str = ""
+    count: int = 0
+    assignments: list[CreatePartitionsRequestCreatePartitionsAssignment] | None = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreatePartitionsRequest:
+    """CreatePartitions request (api key 37), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 37
+    topics: list[CreatePartitionsRequestCreatePartitionsTopic] = field(default_factory=list)
+    timeout_ms: int = 0
+    validate_only: bool = False
+
+
+@dataclass(slots=True)
+class CreatePartitionsResponseCreatePartitionsTopicResult:
+    """Struct of response.results, versions 0-3."""
+
+    name: str = ""
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class CreatePartitionsResponse:
+    """CreatePartitions response (api key 37), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 37
+    throttle_time_ms: int = 0
+    results: list[CreatePartitionsResponseCreatePartitionsTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteGroupsRequest:
+    """DeleteGroups request (api key 42), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 42
+    groups_names: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteGroupsResponseDeletableGroupResult:
+    """Struct of response.results, versions 0-2."""
+
+    group_id: str = ""
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class DeleteGroupsResponse:
+    """DeleteGroups response (api key 42), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 42
+    throttle_time_ms: int = 0
+    results: list[DeleteGroupsResponseDeletableGroupResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ElectLeadersRequestTopicPartitions:
+    """Struct of request.topic_partitions, versions 0-2."""
+
+    topic: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ElectLeadersRequest:
+    """ElectLeaders request (api key 43), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 43
+    election_type: int = 0
+    topic_partitions: list[ElectLeadersRequestTopicPartitions] | None = field(default_factory=list)
+    timeout_ms: int = 60000
+
+
+@dataclass(slots=True)
+class ElectLeadersResponsePartitionResult:
+    """Struct of response.replica_election_results.partition_result, versions 0-2."""
+
+    partition_id: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class ElectLeadersResponseReplicaElectionResult:
+    """Struct of response.replica_election_results, versions 0-2."""
+
+    topic: str = ""
+    partition_result: list[ElectLeadersResponsePartitionResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ElectLeadersResponse:
+    """ElectLeaders response (api key 43), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 43
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    replica_election_results: list[ElectLeadersResponseReplicaElectionResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsRequestAlterableConfig:
+    """Struct of request.resources.configs, versions 0-1."""
+
+    name: str = ""
+    config_operation: int = 0
+    value: str | None = None
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsRequestAlterConfigsResource:
+    """Struct of request.resources, versions 0-1."""
+
+    resource_type: int = 0
+    resource_name: str = ""
+    configs: list[IncrementalAlterConfigsRequestAlterableConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsRequest:
+    """IncrementalAlterConfigs request (api key 44), versions 0-1."""
+
+    API_KEY: ClassVar[int] = 44
+    resources: list[IncrementalAlterConfigsRequestAlterConfigsResource] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsResponseAlterConfigsResourceResponse:
+    """Struct of response.responses, versions 0-1."""
+
+    error_code: int = 0
+    error_message: str | None = None
+    resource_type: int = 0
+    resource_name: str = ""
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsResponse:
+    """IncrementalAlterConfigs response (api key 44), versions 0-1."""
+
+    API_KEY: ClassVar[int] = 44
+    throttle_time_ms: int = 0
+    responses: list[IncrementalAlterConfigsResponseAlterConfigsResourceResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetDeleteRequestPartition:
+    """Struct of request.topics.partitions, versions 0-0."""
+
+    partition_index: int = 0
+
+
+@dataclass(slots=True)
+class OffsetDeleteRequestTopic:
+    """Struct of request.topics, versions 0-0."""
+
+    name: str = ""
+    partitions: list[OffsetDeleteRequestPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetDeleteRequest:
+    """OffsetDelete request (api key 47), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 47
+    group_id: str = ""
+    topics: list[OffsetDeleteRequestTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponsePartition:
+    """Struct of response.topics.partitions, versions 0-0."""
+
+    partition_index: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponseTopic:
+    """Struct of response.topics, versions 0-0."""
+
+    name: str = ""
+    partitions: list[OffsetDeleteResponsePartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponse:
+    """OffsetDelete response (api key 47), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 47
+    error_code: int = 0
+    throttle_time_ms: int = 0
+    topics: list[OffsetDeleteResponseTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeClusterRequest:
+    """DescribeCluster request (api key 60), versions 0-1."""
+
+    API_KEY: ClassVar[int] = 60
+    include_cluster_authorized_operations: bool = False
+    endpoint_type: int = 1
+
+
+@dataclass(slots=True)
+class DescribeClusterResponseDescribeClusterBroker:
+    """Struct of response.brokers, versions 0-1."""
+
+    broker_id: int = 0
+    host: str = ""
+    port: int = 0
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class DescribeClusterResponse:
+    """DescribeCluster response (api key 60), versions 0-1."""
+
+    API_KEY: ClassVar[int] = 60
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+    endpoint_type: int = 1
+    cluster_id: str = ""
+    controller_id: int = -1
+    brokers: list[DescribeClusterResponseDescribeClusterBroker] = field(default_factory=list)
+    cluster_authorized_operations: int = -2147483648
+
+
+@dataclass(slots=True)
+class DescribeProducersRequestTopicRequest:
+    """Struct of request.topics, versions 0-0."""
+
+    name: str = ""
+    partition_indexes: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersRequest:
+    """DescribeProducers request (api key 61), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 61
+    topics: list[DescribeProducersRequestTopicRequest] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersResponseProducerState:
+    """Struct of response.topics.partitions.active_producers, versions 0-0."""
+
+    producer_id: int = 0
+    producer_epoch: int = 0
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = 0
+    current_txn_start_offset: int = -1
+
+
+@dataclass(slots=True)
+class DescribeProducersResponsePartitionResponse:
+    """Struct of response.topics.partitions, versions 0-0."""
+
+    partition_index: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+    active_producers: list[DescribeProducersResponseProducerState] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersResponseTopicResponse:
+    """Struct of response.topics, versions 0-0."""
+
+    name: str = ""
+    partitions: list[DescribeProducersResponsePartitionResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersResponse:
+    """DescribeProducers response (api key 61), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 61
+    throttle_time_ms: int = 0
+    topics: list[DescribeProducersResponseTopicResponse] = field(default_factory=list)
 
 
 _DEFAULT_FetchRequestReplicaState = FetchRequestReplicaState()
@@ -3865,12 +4832,2576 @@ def _e_MetadataResponse_13(out, o):
     out.append(0)
 
 
+def _d_OffsetCommitRequestPartition_0(buf, pos, end):
+    f_partition_index, f_committed_offset = _S_iq.unpack_from(buf, pos)
+    pos += 12
+    f_committed_metadata, pos = read_nullable_string(buf, pos, end)
+    return OffsetCommitRequestPartition(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_metadata=f_committed_metadata), pos
+
+
+def _d_OffsetCommitRequestTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 14)
+    if n < 0:
+        raise null_error('OffsetCommitRequestTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestPartition_0(buf, pos, end)
+            append(item)
+    return OffsetCommitRequestTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetCommitRequest_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestTopic_0(buf, pos, end)
+            append(item)
+    return OffsetCommitRequest(group_id=f_group_id, topics=f_topics), pos
+
+
+def _e_OffsetCommitRequestPartition_0(out, o):
+    out += _S_iq.pack(o.partition_index, o.committed_offset)
+    write_nullable_string(out, o.committed_metadata)
+
+
+def _e_OffsetCommitRequestTopic_0(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_OffsetCommitRequestPartition_0(out, item)
+
+
+def _e_OffsetCommitRequest_0(out, o):
+    write_string(out, o.group_id)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitRequestTopic_0(out, item)
+
+
+def _d_OffsetCommitRequestPartition_1(buf, pos, end):
+    f_partition_index, f_committed_offset, f_commit_timestamp = _S_iqq.unpack_from(buf, pos)
+    pos += 20
+    f_committed_metadata, pos = read_nullable_string(buf, pos, end)
+    return OffsetCommitRequestPartition(partition_index=f_partition_index, committed_offset=f_committed_offset, commit_timestamp=f_commit_timestamp, committed_metadata=f_committed_metadata), pos
+
+
+def _d_OffsetCommitRequestTopic_1(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 22)
+    if n < 0:
+        raise null_error('OffsetCommitRequestTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestPartition_1(buf, pos, end)
+            append(item)
+    return OffsetCommitRequestTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetCommitRequest_1(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestTopic_1(buf, pos, end)
+            append(item)
+    return OffsetCommitRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, topics=f_topics), pos
+
+
+def _e_OffsetCommitRequestPartition_1(out, o):
+    out += _S_iqq.pack(o.partition_index, o.committed_offset, o.commit_timestamp)
+    write_nullable_string(out, o.committed_metadata)
+
+
+def _e_OffsetCommitRequestTopic_1(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_OffsetCommitRequestPartition_1(out, item)
+
+
+def _e_OffsetCommitRequest_1(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitRequestTopic_1(out, item)
+
+
+def _d_OffsetCommitRequest_2(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    f_retention_time_ms, = _S_q.unpack_from(buf, pos)
+    pos += 8
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestTopic_0(buf, pos, end)
+            append(item)
+    return OffsetCommitRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, retention_time_ms=f_retention_time_ms, topics=f_topics), pos
+
+
+def _e_OffsetCommitRequest_2(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+    out += _S_q.pack(o.retention_time_ms)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitRequestTopic_0(out, item)
+
+
+def _d_OffsetCommitRequest_5(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestTopic_0(buf, pos, end)
+            append(item)
+    return OffsetCommitRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, topics=f_topics), pos
+
+
+def _e_OffsetCommitRequest_5(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitRequestTopic_0(out, item)
+
+
+def _d_OffsetCommitRequestPartition_6(buf, pos, end):
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S_iqi.unpack_from(buf, pos)
+    pos += 16
+    f_committed_metadata, pos = read_nullable_string(buf, pos, end)
+    return OffsetCommitRequestPartition(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, committed_metadata=f_committed_metadata), pos
+
+
+def _d_OffsetCommitRequestTopic_6(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 18)
+    if n < 0:
+        raise null_error('OffsetCommitRequestTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestPartition_6(buf, pos, end)
+            append(item)
+    return OffsetCommitRequestTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetCommitRequest_6(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestTopic_6(buf, pos, end)
+            append(item)
+    return OffsetCommitRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, topics=f_topics), pos
+
+
+def _e_OffsetCommitRequestPartition_6(out, o):
+    out += _S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    write_nullable_string(out, o.committed_metadata)
+
+
+def _e_OffsetCommitRequestTopic_6(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_OffsetCommitRequestPartition_6(out, item)
+
+
+def _e_OffsetCommitRequest_6(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitRequestTopic_6(out, item)
+
+
+def _d_OffsetCommitRequest_7(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestTopic_6(buf, pos, end)
+            append(item)
+    return OffsetCommitRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, topics=f_topics), pos
+
+
+def _e_OffsetCommitRequest_7(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+    write_nullable_string(out, o.group_instance_id)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitRequestTopic_6(out, item)
+
+
+def _d_OffsetCommitRequestPartition_8(buf, pos, end):
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S_iqi.unpack_from(buf, pos)
+    pos += 16
+    f_committed_metadata, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetCommitRequestPartition(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, committed_metadata=f_committed_metadata), pos
+
+
+def _d_OffsetCommitRequestTopic_8(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 18)
+    if n < 0:
+        raise null_error('OffsetCommitRequestTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestPartition_8(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetCommitRequestTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetCommitRequest_8(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('OffsetCommitRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitRequestTopic_8(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetCommitRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, topics=f_topics), pos
+
+
+def _e_OffsetCommitRequestPartition_8(out, o):
+    out += _S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    write_nullable_compact_string(out, o.committed_metadata)
+    out.append(0)
+
+
+def _e_OffsetCommitRequestTopic_8(out, o):
+    write_compact_string(out, o.name)
+    write_count(out, len(o.partitions), True)
+    for item in o.partitions:
+        _e_OffsetCommitRequestPartition_8(out, item)
+    out.append(0)
+
+
+def _e_OffsetCommitRequest_8(out, o):
+    write_compact_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_OffsetCommitRequestTopic_8(out, item)
+    out.append(0)
+
+
+def _d_OffsetCommitResponsePartition_0(buf, pos, end):
+    f_partition_index, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    return OffsetCommitResponsePartition(partition_index=f_partition_index, error_code=f_error_code), pos
+
+
+def _d_OffsetCommitResponseTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitResponseTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitResponsePartition_0(buf, pos, end)
+            append(item)
+    return OffsetCommitResponseTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetCommitResponse_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitResponseTopic_0(buf, pos, end)
+            append(item)
+    return OffsetCommitResponse(topics=f_topics), pos
+
+
+def _e_OffsetCommitResponsePartition_0(out, o):
+    out += _S_ih.pack(o.partition_index, o.error_code)
+
+
+def _e_OffsetCommitResponseTopic_0(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_OffsetCommitResponsePartition_0(out, item)
+
+
+def _e_OffsetCommitResponse_0(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitResponseTopic_0(out, item)
+
+
+def _d_OffsetCommitResponse_3(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetCommitResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitResponseTopic_0(buf, pos, end)
+            append(item)
+    return OffsetCommitResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_OffsetCommitResponse_3(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitResponseTopic_0(out, item)
+
+
+def _d_OffsetCommitResponsePartition_8(buf, pos, end):
+    f_partition_index, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetCommitResponsePartition(partition_index=f_partition_index, error_code=f_error_code), pos
+
+
+def _d_OffsetCommitResponseTopic_8(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('OffsetCommitResponseTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitResponsePartition_8(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetCommitResponseTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetCommitResponse_8(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('OffsetCommitResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetCommitResponseTopic_8(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetCommitResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_OffsetCommitResponsePartition_8(out, o):
+    out += _S_ih.pack(o.partition_index, o.error_code)
+    out.append(0)
+
+
+def _e_OffsetCommitResponseTopic_8(out, o):
+    write_compact_string(out, o.name)
+    write_count(out, len(o.partitions), True)
+    for item in o.partitions:
+        _e_OffsetCommitResponsePartition_8(out, item)
+    out.append(0)
+
+
+def _e_OffsetCommitResponse_8(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_OffsetCommitResponseTopic_8(out, item)
+    out.append(0)
+
+
+def _d_OffsetFetchRequestTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('OffsetFetchRequestTopic.partition_indexes', pos)
+    else:
+        f_partition_indexes, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    return OffsetFetchRequestTopic(name=f_name, partition_indexes=f_partition_indexes), pos
+
+
+def _d_OffsetFetchRequest_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetFetchRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchRequestTopic_0(buf, pos, end)
+            append(item)
+    return OffsetFetchRequest(group_id=f_group_id, topics=f_topics), pos
+
+
+def _e_OffsetFetchRequestTopic_0(out, o):
+    write_string(out, o.name)
+    write_fixed_array(out, o.partition_indexes, 'i', False)
+
+
+def _e_OffsetFetchRequest_0(out, o):
+    write_string(out, o.group_id)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetFetchRequestTopic_0(out, item)
+
+
+def _d_OffsetFetchRequest_2(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchRequestTopic_0(buf, pos, end)
+            append(item)
+    return OffsetFetchRequest(group_id=f_group_id, topics=f_topics), pos
+
+
+def _e_OffsetFetchRequest_2(out, o):
+    write_string(out, o.group_id)
+    if o.topics is None:
+        out += NULL_INT32
+    else:
+        write_count(out, len(o.topics), False)
+        for item in o.topics:
+            _e_OffsetFetchRequestTopic_0(out, item)
+
+
+def _d_OffsetFetchRequestTopic_6(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('OffsetFetchRequestTopic.partition_indexes', pos)
+    else:
+        f_partition_indexes, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchRequestTopic(name=f_name, partition_indexes=f_partition_indexes), pos
+
+
+def _d_OffsetFetchRequest_6(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchRequestTopic_6(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchRequest(group_id=f_group_id, topics=f_topics), pos
+
+
+def _e_OffsetFetchRequestTopic_6(out, o):
+    write_compact_string(out, o.name)
+    write_fixed_array(out, o.partition_indexes, 'i', True)
+    out.append(0)
+
+
+def _e_OffsetFetchRequest_6(out, o):
+    write_compact_string(out, o.group_id)
+    if o.topics is None:
+        out.append(0)
+    else:
+        write_count(out, len(o.topics), True)
+        for item in o.topics:
+            _e_OffsetFetchRequestTopic_6(out, item)
+    out.append(0)
+
+
+def _d_OffsetFetchRequest_7(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchRequestTopic_6(buf, pos, end)
+            append(item)
+    f_require_stable, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchRequest(group_id=f_group_id, topics=f_topics, require_stable=f_require_stable), pos
+
+
+def _e_OffsetFetchRequest_7(out, o):
+    write_compact_string(out, o.group_id)
+    if o.topics is None:
+        out.append(0)
+    else:
+        write_count(out, len(o.topics), True)
+        for item in o.topics:
+            _e_OffsetFetchRequestTopic_6(out, item)
+    out += _S_o.pack(o.require_stable)
+    out.append(0)
+
+
+def _d_OffsetFetchRequestTopics_8(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('OffsetFetchRequestTopics.partition_indexes', pos)
+    else:
+        f_partition_indexes, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchRequestTopics(name=f_name, partition_indexes=f_partition_indexes), pos
+
+
+def _d_OffsetFetchRequestGroup_8(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchRequestTopics_8(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchRequestGroup(group_id=f_group_id, topics=f_topics), pos
+
+
+def _d_OffsetFetchRequest_8(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('OffsetFetchRequest.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchRequestGroup_8(buf, pos, end)
+            append(item)
+    f_require_stable, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchRequest(groups=f_groups, require_stable=f_require_stable), pos
+
+
+def _e_OffsetFetchRequest_8(out, o):
+    write_count(out, len(o.groups), True)
+    for item in o.groups:
+        _e_OffsetFetchRequest_6(out, item)
+    out += _S_o.pack(o.require_stable)
+    out.append(0)
+
+
+def _d_OffsetFetchResponsePartition_0(buf, pos, end):
+    f_partition_index, f_committed_offset = _S_iq.unpack_from(buf, pos)
+    pos += 12
+    f_metadata, pos = read_nullable_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return OffsetFetchResponsePartition(partition_index=f_partition_index, committed_offset=f_committed_offset, metadata=f_metadata, error_code=f_error_code), pos
+
+
+def _d_OffsetFetchResponseTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 16)
+    if n < 0:
+        raise null_error('OffsetFetchResponseTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponsePartition_0(buf, pos, end)
+            append(item)
+    return OffsetFetchResponseTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetFetchResponse_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetFetchResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponseTopic_0(buf, pos, end)
+            append(item)
+    return OffsetFetchResponse(topics=f_topics), pos
+
+
+def _e_OffsetFetchResponsePartition_0(out, o):
+    out += _S_iq.pack(o.partition_index, o.committed_offset)
+    write_nullable_string(out, o.metadata)
+    out += _S_h.pack(o.error_code)
+
+
+def _e_OffsetFetchResponseTopic_0(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_OffsetFetchResponsePartition_0(out, item)
+
+
+def _e_OffsetFetchResponse_0(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetFetchResponseTopic_0(out, item)
+
+
+def _d_OffsetFetchResponse_2(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetFetchResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponseTopic_0(buf, pos, end)
+            append(item)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return OffsetFetchResponse(topics=f_topics, error_code=f_error_code), pos
+
+
+def _e_OffsetFetchResponse_2(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetFetchResponseTopic_0(out, item)
+    out += _S_h.pack(o.error_code)
+
+
+def _d_OffsetFetchResponse_3(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetFetchResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponseTopic_0(buf, pos, end)
+            append(item)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return OffsetFetchResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics, error_code=f_error_code), pos
+
+
+def _e_OffsetFetchResponse_3(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetFetchResponseTopic_0(out, item)
+    out += _S_h.pack(o.error_code)
+
+
+def _d_OffsetFetchResponsePartition_5(buf, pos, end):
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S_iqi.unpack_from(buf, pos)
+    pos += 16
+    f_metadata, pos = read_nullable_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return OffsetFetchResponsePartition(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, metadata=f_metadata, error_code=f_error_code), pos
+
+
+def _d_OffsetFetchResponseTopic_5(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 20)
+    if n < 0:
+        raise null_error('OffsetFetchResponseTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponsePartition_5(buf, pos, end)
+            append(item)
+    return OffsetFetchResponseTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetFetchResponse_5(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetFetchResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponseTopic_5(buf, pos, end)
+            append(item)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return OffsetFetchResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics, error_code=f_error_code), pos
+
+
+def _e_OffsetFetchResponsePartition_5(out, o):
+    out += _S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    write_nullable_string(out, o.metadata)
+    out += _S_h.pack(o.error_code)
+
+
+def _e_OffsetFetchResponseTopic_5(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_OffsetFetchResponsePartition_5(out, item)
+
+
+def _e_OffsetFetchResponse_5(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetFetchResponseTopic_5(out, item)
+    out += _S_h.pack(o.error_code)
+
+
+def _d_OffsetFetchResponsePartition_6(buf, pos, end):
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S_iqi.unpack_from(buf, pos)
+    pos += 16
+    f_metadata, pos = read_nullable_compact_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchResponsePartition(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, metadata=f_metadata, error_code=f_error_code), pos
+
+
+def _d_OffsetFetchResponseTopic_6(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 20)
+    if n < 0:
+        raise null_error('OffsetFetchResponseTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponsePartition_6(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchResponseTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetFetchResponse_6(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('OffsetFetchResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponseTopic_6(buf, pos, end)
+            append(item)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics, error_code=f_error_code), pos
+
+
+def _e_OffsetFetchResponsePartition_6(out, o):
+    out += _S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    write_nullable_compact_string(out, o.metadata)
+    out += _S_h.pack(o.error_code)
+    out.append(0)
+
+
+def _e_OffsetFetchResponseTopic_6(out, o):
+    write_compact_string(out, o.name)
+    write_count(out, len(o.partitions), True)
+    for item in o.partitions:
+        _e_OffsetFetchResponsePartition_6(out, item)
+    out.append(0)
+
+
+def _e_OffsetFetchResponse_6(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_OffsetFetchResponseTopic_6(out, item)
+    out += _S_h.pack(o.error_code)
+    out.append(0)
+
+
+def _d_OffsetFetchResponsePartitions_8(buf, pos, end):
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S_iqi.unpack_from(buf, pos)
+    pos += 16
+    f_metadata, pos = read_nullable_compact_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchResponsePartitions(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, metadata=f_metadata, error_code=f_error_code), pos
+
+
+def _d_OffsetFetchResponseTopics_8(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 20)
+    if n < 0:
+        raise null_error('OffsetFetchResponseTopics.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponsePartitions_8(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchResponseTopics(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetFetchResponseGroup_8(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('OffsetFetchResponseGroup.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponseTopics_8(buf, pos, end)
+            append(item)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchResponseGroup(group_id=f_group_id, topics=f_topics, error_code=f_error_code), pos
+
+
+def _d_OffsetFetchResponse_8(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 5)
+    if n < 0:
+        raise null_error('OffsetFetchResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_OffsetFetchResponseGroup_8(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return OffsetFetchResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups), pos
+
+
+def _e_OffsetFetchResponseGroup_8(out, o):
+    write_compact_string(out, o.group_id)
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_OffsetFetchResponseTopic_6(out, item)
+    out += _S_h.pack(o.error_code)
+    out.append(0)
+
+
+def _e_OffsetFetchResponse_8(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.groups), True)
+    for item in o.groups:
+        _e_OffsetFetchResponseGroup_8(out, item)
+    out.append(0)
+
+
+def _d_FindCoordinatorRequest_0(buf, pos, end):
+    f_key, pos = read_string(buf, pos, end)
+    return FindCoordinatorRequest(key=f_key), pos
+
+
+def _e_FindCoordinatorRequest_0(out, o):
+    write_string(out, o.key)
+
+
+def _d_FindCoordinatorRequest_1(buf, pos, end):
+    f_key, pos = read_string(buf, pos, end)
+    f_key_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    return FindCoordinatorRequest(key=f_key, key_type=f_key_type), pos
+
+
+def _e_FindCoordinatorRequest_1(out, o):
+    write_string(out, o.key)
+    out += _S_b.pack(o.key_type)
+
+
+def _d_FindCoordinatorRequest_3(buf, pos, end):
+    f_key, pos = read_compact_string(buf, pos, end)
+    f_key_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return FindCoordinatorRequest(key=f_key, key_type=f_key_type), pos
+
+
+def _e_FindCoordinatorRequest_3(out, o):
+    write_compact_string(out, o.key)
+    out += _S_b.pack(o.key_type)
+    out.append(0)
+
+
+def _d_FindCoordinatorRequest_4(buf, pos, end):
+    f_key_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    n, pos = read_compact_count(buf, pos, end, 1)
+    if n < 0:
+        raise null_error('FindCoordinatorRequest.coordinator_keys', pos)
+    else:
+        f_coordinator_keys, pos = read_string_array(buf, pos, end, n, True)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return FindCoordinatorRequest(key_type=f_key_type, coordinator_keys=f_coordinator_keys), pos
+
+
+def _e_FindCoordinatorRequest_4(out, o):
+    out += _S_b.pack(o.key_type)
+    write_string_array(out, o.coordinator_keys, True)
+    out.append(0)
+
+
+def _d_FindCoordinatorResponse_0(buf, pos, end):
+    f_error_code, f_node_id = _S_hi.unpack_from(buf, pos)
+    pos += 6
+    f_host, pos = read_string(buf, pos, end)
+    f_port, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return FindCoordinatorResponse(error_code=f_error_code, node_id=f_node_id, host=f_host, port=f_port), pos
+
+
+def _e_FindCoordinatorResponse_0(out, o):
+    out += _S_hi.pack(o.error_code, o.node_id)
+    write_string(out, o.host)
+    out += _S_i.pack(o.port)
+
+
+def _d_FindCoordinatorResponse_1(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    f_node_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_host, pos = read_string(buf, pos, end)
+    f_port, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return FindCoordinatorResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, node_id=f_node_id, host=f_host, port=f_port), pos
+
+
+def _e_FindCoordinatorResponse_1(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_nullable_string(out, o.error_message)
+    out += _S_i.pack(o.node_id)
+    write_string(out, o.host)
+    out += _S_i.pack(o.port)
+
+
+def _d_FindCoordinatorResponse_3(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    f_node_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_host, pos = read_compact_string(buf, pos, end)
+    f_port, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return FindCoordinatorResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, node_id=f_node_id, host=f_host, port=f_port), pos
+
+
+def _e_FindCoordinatorResponse_3(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out += _S_i.pack(o.node_id)
+    write_compact_string(out, o.host)
+    out += _S_i.pack(o.port)
+    out.append(0)
+
+
+def _d_FindCoordinatorResponseCoordinator_4(buf, pos, end):
+    f_key, pos = read_compact_string(buf, pos, end)
+    f_node_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_host, pos = read_compact_string(buf, pos, end)
+    f_port, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return FindCoordinatorResponseCoordinator(key=f_key, node_id=f_node_id, host=f_host, port=f_port, error_code=f_error_code, error_message=f_error_message), pos
+
+
+def _d_FindCoordinatorResponse_4(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 14)
+    if n < 0:
+        raise null_error('FindCoordinatorResponse.coordinators', pos)
+    else:
+        f_coordinators = []
+        append = f_coordinators.append
+        for _ in range(n):
+            item, pos = _d_FindCoordinatorResponseCoordinator_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return FindCoordinatorResponse(throttle_time_ms=f_throttle_time_ms, coordinators=f_coordinators), pos
+
+
+def _e_FindCoordinatorResponseCoordinator_4(out, o):
+    write_compact_string(out, o.key)
+    out += _S_i.pack(o.node_id)
+    write_compact_string(out, o.host)
+    out += _S_ih.pack(o.port, o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out.append(0)
+
+
+def _e_FindCoordinatorResponse_4(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.coordinators), True)
+    for item in o.coordinators:
+        _e_FindCoordinatorResponseCoordinator_4(out, item)
+    out.append(0)
+
+
+def _d_JoinGroupRequestProtocol_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_metadata, pos = read_bytes(buf, pos, end)
+    return JoinGroupRequestProtocol(name=f_name, metadata=f_metadata), pos
+
+
+def _d_JoinGroupRequest_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_session_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    f_protocol_type, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('JoinGroupRequest.protocols', pos)
+    else:
+        f_protocols = []
+        append = f_protocols.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupRequestProtocol_0(buf, pos, end)
+            append(item)
+    return JoinGroupRequest(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, member_id=f_member_id, protocol_type=f_protocol_type, protocols=f_protocols), pos
+
+
+def _e_JoinGroupRequestProtocol_0(out, o):
+    write_string(out, o.name)
+    write_bytes(out, o.metadata)
+
+
+def _e_JoinGroupRequest_0(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.session_timeout_ms)
+    write_string(out, o.member_id)
+    write_string(out, o.protocol_type)
+    write_count(out, len(o.protocols), False)
+    for item in o.protocols:
+        _e_JoinGroupRequestProtocol_0(out, item)
+
+
+def _d_JoinGroupRequest_1(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_session_timeout_ms, f_rebalance_timeout_ms = _S_ii.unpack_from(buf, pos)
+    pos += 8
+    f_member_id, pos = read_string(buf, pos, end)
+    f_protocol_type, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('JoinGroupRequest.protocols', pos)
+    else:
+        f_protocols = []
+        append = f_protocols.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupRequestProtocol_0(buf, pos, end)
+            append(item)
+    return JoinGroupRequest(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, rebalance_timeout_ms=f_rebalance_timeout_ms, member_id=f_member_id, protocol_type=f_protocol_type, protocols=f_protocols), pos
+
+
+def _e_JoinGroupRequest_1(out, o):
+    write_string(out, o.group_id)
+    out += _S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
+    write_string(out, o.member_id)
+    write_string(out, o.protocol_type)
+    write_count(out, len(o.protocols), False)
+    for item in o.protocols:
+        _e_JoinGroupRequestProtocol_0(out, item)
+
+
+def _d_JoinGroupRequest_5(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_session_timeout_ms, f_rebalance_timeout_ms = _S_ii.unpack_from(buf, pos)
+    pos += 8
+    f_member_id, pos = read_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_string(buf, pos, end)
+    f_protocol_type, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('JoinGroupRequest.protocols', pos)
+    else:
+        f_protocols = []
+        append = f_protocols.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupRequestProtocol_0(buf, pos, end)
+            append(item)
+    return JoinGroupRequest(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, rebalance_timeout_ms=f_rebalance_timeout_ms, member_id=f_member_id, group_instance_id=f_group_instance_id, protocol_type=f_protocol_type, protocols=f_protocols), pos
+
+
+def _e_JoinGroupRequest_5(out, o):
+    write_string(out, o.group_id)
+    out += _S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
+    write_string(out, o.member_id)
+    write_nullable_string(out, o.group_instance_id)
+    write_string(out, o.protocol_type)
+    write_count(out, len(o.protocols), False)
+    for item in o.protocols:
+        _e_JoinGroupRequestProtocol_0(out, item)
+
+
+def _d_JoinGroupRequestProtocol_6(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_metadata, pos = read_compact_bytes(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return JoinGroupRequestProtocol(name=f_name, metadata=f_metadata), pos
+
+
+def _d_JoinGroupRequest_6(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_session_timeout_ms, f_rebalance_timeout_ms = _S_ii.unpack_from(buf, pos)
+    pos += 8
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    f_protocol_type, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('JoinGroupRequest.protocols', pos)
+    else:
+        f_protocols = []
+        append = f_protocols.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupRequestProtocol_6(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return JoinGroupRequest(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, rebalance_timeout_ms=f_rebalance_timeout_ms, member_id=f_member_id, group_instance_id=f_group_instance_id, protocol_type=f_protocol_type, protocols=f_protocols), pos
+
+
+def _e_JoinGroupRequestProtocol_6(out, o):
+    write_compact_string(out, o.name)
+    write_compact_bytes(out, o.metadata)
+    out.append(0)
+
+
+def _e_JoinGroupRequest_6(out, o):
+    write_compact_string(out, o.group_id)
+    out += _S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    write_compact_string(out, o.protocol_type)
+    write_count(out, len(o.protocols), True)
+    for item in o.protocols:
+        _e_JoinGroupRequestProtocol_6(out, item)
+    out.append(0)
+
+
+def _d_JoinGroupResponseMember_0(buf, pos, end):
+    f_member_id, pos = read_string(buf, pos, end)
+    f_metadata, pos = read_bytes(buf, pos, end)
+    return JoinGroupResponseMember(member_id=f_member_id, metadata=f_metadata), pos
+
+
+def _d_JoinGroupResponse_0(buf, pos, end):
+    f_error_code, f_generation_id = _S_hi.unpack_from(buf, pos)
+    pos += 6
+    f_protocol_name, pos = read_string(buf, pos, end)
+    f_leader, pos = read_string(buf, pos, end)
+    f_member_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('JoinGroupResponse.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupResponseMember_0(buf, pos, end)
+            append(item)
+    return JoinGroupResponse(error_code=f_error_code, generation_id=f_generation_id, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members), pos
+
+
+def _e_JoinGroupResponseMember_0(out, o):
+    write_string(out, o.member_id)
+    write_bytes(out, o.metadata)
+
+
+def _e_JoinGroupResponse_0(out, o):
+    out += _S_hi.pack(o.error_code, o.generation_id)
+    write_string(out, o.protocol_name)
+    write_string(out, o.leader)
+    write_string(out, o.member_id)
+    write_count(out, len(o.members), False)
+    for item in o.members:
+        _e_JoinGroupResponseMember_0(out, item)
+
+
+def _d_JoinGroupResponse_2(buf, pos, end):
+    f_throttle_time_ms, f_error_code, f_generation_id = _S_ihi.unpack_from(buf, pos)
+    pos += 10
+    f_protocol_name, pos = read_string(buf, pos, end)
+    f_leader, pos = read_string(buf, pos, end)
+    f_member_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('JoinGroupResponse.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupResponseMember_0(buf, pos, end)
+            append(item)
+    return JoinGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, generation_id=f_generation_id, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members), pos
+
+
+def _e_JoinGroupResponse_2(out, o):
+    out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    write_string(out, o.protocol_name)
+    write_string(out, o.leader)
+    write_string(out, o.member_id)
+    write_count(out, len(o.members), False)
+    for item in o.members:
+        _e_JoinGroupResponseMember_0(out, item)
+
+
+def _d_JoinGroupResponseMember_5(buf, pos, end):
+    f_member_id, pos = read_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_string(buf, pos, end)
+    f_metadata, pos = read_bytes(buf, pos, end)
+    return JoinGroupResponseMember(member_id=f_member_id, group_instance_id=f_group_instance_id, metadata=f_metadata), pos
+
+
+def _d_JoinGroupResponse_5(buf, pos, end):
+    f_throttle_time_ms, f_error_code, f_generation_id = _S_ihi.unpack_from(buf, pos)
+    pos += 10
+    f_protocol_name, pos = read_string(buf, pos, end)
+    f_leader, pos = read_string(buf, pos, end)
+    f_member_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 8)
+    if n < 0:
+        raise null_error('JoinGroupResponse.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupResponseMember_5(buf, pos, end)
+            append(item)
+    return JoinGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, generation_id=f_generation_id, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members), pos
+
+
+def _e_JoinGroupResponseMember_5(out, o):
+    write_string(out, o.member_id)
+    write_nullable_string(out, o.group_instance_id)
+    write_bytes(out, o.metadata)
+
+
+def _e_JoinGroupResponse_5(out, o):
+    out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    write_string(out, o.protocol_name)
+    write_string(out, o.leader)
+    write_string(out, o.member_id)
+    write_count(out, len(o.members), False)
+    for item in o.members:
+        _e_JoinGroupResponseMember_5(out, item)
+
+
+def _d_JoinGroupResponseMember_6(buf, pos, end):
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    f_metadata, pos = read_compact_bytes(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return JoinGroupResponseMember(member_id=f_member_id, group_instance_id=f_group_instance_id, metadata=f_metadata), pos
+
+
+def _d_JoinGroupResponse_6(buf, pos, end):
+    f_throttle_time_ms, f_error_code, f_generation_id = _S_ihi.unpack_from(buf, pos)
+    pos += 10
+    f_protocol_name, pos = read_compact_string(buf, pos, end)
+    f_leader, pos = read_compact_string(buf, pos, end)
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('JoinGroupResponse.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupResponseMember_6(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return JoinGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, generation_id=f_generation_id, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members), pos
+
+
+def _e_JoinGroupResponseMember_6(out, o):
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    write_compact_bytes(out, o.metadata)
+    out.append(0)
+
+
+def _e_JoinGroupResponse_6(out, o):
+    out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    write_compact_string(out, o.protocol_name)
+    write_compact_string(out, o.leader)
+    write_compact_string(out, o.member_id)
+    write_count(out, len(o.members), True)
+    for item in o.members:
+        _e_JoinGroupResponseMember_6(out, item)
+    out.append(0)
+
+
+def _d_JoinGroupResponse_7(buf, pos, end):
+    f_throttle_time_ms, f_error_code, f_generation_id = _S_ihi.unpack_from(buf, pos)
+    pos += 10
+    f_protocol_type, pos = read_nullable_compact_string(buf, pos, end)
+    f_protocol_name, pos = read_nullable_compact_string(buf, pos, end)
+    f_leader, pos = read_compact_string(buf, pos, end)
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('JoinGroupResponse.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_JoinGroupResponseMember_6(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return JoinGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, generation_id=f_generation_id, protocol_type=f_protocol_type, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members), pos
+
+
+def _e_JoinGroupResponse_7(out, o):
+    out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    write_nullable_compact_string(out, o.protocol_type)
+    write_nullable_compact_string(out, o.protocol_name)
+    write_compact_string(out, o.leader)
+    write_compact_string(out, o.member_id)
+    write_count(out, len(o.members), True)
+    for item in o.members:
+        _e_JoinGroupResponseMember_6(out, item)
+    out.append(0)
+
+
+def _d_HeartbeatRequest_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    return HeartbeatRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id), pos
+
+
+def _e_HeartbeatRequest_0(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+
+
+def _d_HeartbeatRequest_3(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_string(buf, pos, end)
+    return HeartbeatRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id), pos
+
+
+def _e_HeartbeatRequest_3(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+    write_nullable_string(out, o.group_instance_id)
+
+
+def _d_HeartbeatRequest_4(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return HeartbeatRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id), pos
+
+
+def _e_HeartbeatRequest_4(out, o):
+    write_compact_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    out.append(0)
+
+
+def _d_HeartbeatResponse_0(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return HeartbeatResponse(error_code=f_error_code), pos
+
+
+def _e_HeartbeatResponse_0(out, o):
+    out += _S_h.pack(o.error_code)
+
+
+def _d_HeartbeatResponse_1(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    return HeartbeatResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code), pos
+
+
+def _e_HeartbeatResponse_1(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+
+
+def _d_HeartbeatResponse_4(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return HeartbeatResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code), pos
+
+
+def _e_HeartbeatResponse_4(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    out.append(0)
+
+
+def _d_LeaveGroupRequest_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_member_id, pos = read_string(buf, pos, end)
+    return LeaveGroupRequest(group_id=f_group_id, member_id=f_member_id), pos
+
+
+def _e_LeaveGroupRequest_0(out, o):
+    write_string(out, o.group_id)
+    write_string(out, o.member_id)
+
+
+def _d_LeaveGroupRequestMemberIdentity_3(buf, pos, end):
+    f_member_id, pos = read_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_string(buf, pos, end)
+    return LeaveGroupRequestMemberIdentity(member_id=f_member_id, group_instance_id=f_group_instance_id), pos
+
+
+def _d_LeaveGroupRequest_3(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('LeaveGroupRequest.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_LeaveGroupRequestMemberIdentity_3(buf, pos, end)
+            append(item)
+    return LeaveGroupRequest(group_id=f_group_id, members=f_members), pos
+
+
+def _e_LeaveGroupRequestMemberIdentity_3(out, o):
+    write_string(out, o.member_id)
+    write_nullable_string(out, o.group_instance_id)
+
+
+def _e_LeaveGroupRequest_3(out, o):
+    write_string(out, o.group_id)
+    write_count(out, len(o.members), False)
+    for item in o.members:
+        _e_LeaveGroupRequestMemberIdentity_3(out, item)
+
+
+def _d_LeaveGroupRequestMemberIdentity_4(buf, pos, end):
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return LeaveGroupRequestMemberIdentity(member_id=f_member_id, group_instance_id=f_group_instance_id), pos
+
+
+def _d_LeaveGroupRequest_4(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('LeaveGroupRequest.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_LeaveGroupRequestMemberIdentity_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return LeaveGroupRequest(group_id=f_group_id, members=f_members), pos
+
+
+def _e_LeaveGroupRequestMemberIdentity_4(out, o):
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    out.append(0)
+
+
+def _e_LeaveGroupRequest_4(out, o):
+    write_compact_string(out, o.group_id)
+    write_count(out, len(o.members), True)
+    for item in o.members:
+        _e_LeaveGroupRequestMemberIdentity_4(out, item)
+    out.append(0)
+
+
+def _d_LeaveGroupRequestMemberIdentity_5(buf, pos, end):
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    f_reason, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return LeaveGroupRequestMemberIdentity(member_id=f_member_id, group_instance_id=f_group_instance_id, reason=f_reason), pos
+
+
+def _d_LeaveGroupRequest_5(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('LeaveGroupRequest.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_LeaveGroupRequestMemberIdentity_5(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return LeaveGroupRequest(group_id=f_group_id, members=f_members), pos
+
+
+def _e_LeaveGroupRequestMemberIdentity_5(out, o):
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    write_nullable_compact_string(out, o.reason)
+    out.append(0)
+
+
+def _e_LeaveGroupRequest_5(out, o):
+    write_compact_string(out, o.group_id)
+    write_count(out, len(o.members), True)
+    for item in o.members:
+        _e_LeaveGroupRequestMemberIdentity_5(out, item)
+    out.append(0)
+
+
+def _d_LeaveGroupResponse_0(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return LeaveGroupResponse(error_code=f_error_code), pos
+
+
+def _d_LeaveGroupResponse_1(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    return LeaveGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code), pos
+
+
+def _d_LeaveGroupResponseMemberResponse_3(buf, pos, end):
+    f_member_id, pos = read_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return LeaveGroupResponseMemberResponse(member_id=f_member_id, group_instance_id=f_group_instance_id, error_code=f_error_code), pos
+
+
+def _d_LeaveGroupResponse_3(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('LeaveGroupResponse.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_LeaveGroupResponseMemberResponse_3(buf, pos, end)
+            append(item)
+    return LeaveGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, members=f_members), pos
+
+
+def _e_LeaveGroupResponseMemberResponse_3(out, o):
+    write_string(out, o.member_id)
+    write_nullable_string(out, o.group_instance_id)
+    out += _S_h.pack(o.error_code)
+
+
+def _e_LeaveGroupResponse_3(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_count(out, len(o.members), False)
+    for item in o.members:
+        _e_LeaveGroupResponseMemberResponse_3(out, item)
+
+
+def _d_LeaveGroupResponseMemberResponse_4(buf, pos, end):
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return LeaveGroupResponseMemberResponse(member_id=f_member_id, group_instance_id=f_group_instance_id, error_code=f_error_code), pos
+
+
+def _d_LeaveGroupResponse_4(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_compact_count(buf, pos, end, 5)
+    if n < 0:
+        raise null_error('LeaveGroupResponse.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_LeaveGroupResponseMemberResponse_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return LeaveGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, members=f_members), pos
+
+
+def _e_LeaveGroupResponseMemberResponse_4(out, o):
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    out += _S_h.pack(o.error_code)
+    out.append(0)
+
+
+def _e_LeaveGroupResponse_4(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_count(out, len(o.members), True)
+    for item in o.members:
+        _e_LeaveGroupResponseMemberResponse_4(out, item)
+    out.append(0)
+
+
+def _d_SyncGroupRequestAssignment_0(buf, pos, end):
+    f_member_id, pos = read_string(buf, pos, end)
+    f_assignment, pos = read_bytes(buf, pos, end)
+    return SyncGroupRequestAssignment(member_id=f_member_id, assignment=f_assignment), pos
+
+
+def _d_SyncGroupRequest_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('SyncGroupRequest.assignments', pos)
+    else:
+        f_assignments = []
+        append = f_assignments.append
+        for _ in range(n):
+            item, pos = _d_SyncGroupRequestAssignment_0(buf, pos, end)
+            append(item)
+    return SyncGroupRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, assignments=f_assignments), pos
+
+
+def _e_SyncGroupRequestAssignment_0(out, o):
+    write_string(out, o.member_id)
+    write_bytes(out, o.assignment)
+
+
+def _e_SyncGroupRequest_0(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+    write_count(out, len(o.assignments), False)
+    for item in o.assignments:
+        _e_SyncGroupRequestAssignment_0(out, item)
+
+
+def _d_SyncGroupRequest_3(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('SyncGroupRequest.assignments', pos)
+    else:
+        f_assignments = []
+        append = f_assignments.append
+        for _ in range(n):
+            item, pos = _d_SyncGroupRequestAssignment_0(buf, pos, end)
+            append(item)
+    return SyncGroupRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, assignments=f_assignments), pos
+
+
+def _e_SyncGroupRequest_3(out, o):
+    write_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_string(out, o.member_id)
+    write_nullable_string(out, o.group_instance_id)
+    write_count(out, len(o.assignments), False)
+    for item in o.assignments:
+        _e_SyncGroupRequestAssignment_0(out, item)
+
+
+def _d_SyncGroupRequestAssignment_4(buf, pos, end):
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_assignment, pos = read_compact_bytes(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return SyncGroupRequestAssignment(member_id=f_member_id, assignment=f_assignment), pos
+
+
+def _d_SyncGroupRequest_4(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('SyncGroupRequest.assignments', pos)
+    else:
+        f_assignments = []
+        append = f_assignments.append
+        for _ in range(n):
+            item, pos = _d_SyncGroupRequestAssignment_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return SyncGroupRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, assignments=f_assignments), pos
+
+
+def _e_SyncGroupRequestAssignment_4(out, o):
+    write_compact_string(out, o.member_id)
+    write_compact_bytes(out, o.assignment)
+    out.append(0)
+
+
+def _e_SyncGroupRequest_4(out, o):
+    write_compact_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    write_count(out, len(o.assignments), True)
+    for item in o.assignments:
+        _e_SyncGroupRequestAssignment_4(out, item)
+    out.append(0)
+
+
+def _d_SyncGroupRequest_5(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_generation_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    f_protocol_type, pos = read_nullable_compact_string(buf, pos, end)
+    f_protocol_name, pos = read_nullable_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('SyncGroupRequest.assignments', pos)
+    else:
+        f_assignments = []
+        append = f_assignments.append
+        for _ in range(n):
+            item, pos = _d_SyncGroupRequestAssignment_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return SyncGroupRequest(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, protocol_type=f_protocol_type, protocol_name=f_protocol_name, assignments=f_assignments), pos
+
+
+def _e_SyncGroupRequest_5(out, o):
+    write_compact_string(out, o.group_id)
+    out += _S_i.pack(o.generation_id)
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    write_nullable_compact_string(out, o.protocol_type)
+    write_nullable_compact_string(out, o.protocol_name)
+    write_count(out, len(o.assignments), True)
+    for item in o.assignments:
+        _e_SyncGroupRequestAssignment_4(out, item)
+    out.append(0)
+
+
+def _d_SyncGroupResponse_0(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_assignment, pos = read_bytes(buf, pos, end)
+    return SyncGroupResponse(error_code=f_error_code, assignment=f_assignment), pos
+
+
+def _e_SyncGroupResponse_0(out, o):
+    out += _S_h.pack(o.error_code)
+    write_bytes(out, o.assignment)
+
+
+def _d_SyncGroupResponse_1(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_assignment, pos = read_bytes(buf, pos, end)
+    return SyncGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, assignment=f_assignment), pos
+
+
+def _e_SyncGroupResponse_1(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_bytes(out, o.assignment)
+
+
+def _d_SyncGroupResponse_4(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_assignment, pos = read_compact_bytes(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return SyncGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, assignment=f_assignment), pos
+
+
+def _e_SyncGroupResponse_4(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_compact_bytes(out, o.assignment)
+    out.append(0)
+
+
+def _d_SyncGroupResponse_5(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_protocol_type, pos = read_nullable_compact_string(buf, pos, end)
+    f_protocol_name, pos = read_nullable_compact_string(buf, pos, end)
+    f_assignment, pos = read_compact_bytes(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return SyncGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, protocol_type=f_protocol_type, protocol_name=f_protocol_name, assignment=f_assignment), pos
+
+
+def _e_SyncGroupResponse_5(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_nullable_compact_string(out, o.protocol_type)
+    write_nullable_compact_string(out, o.protocol_name)
+    write_compact_bytes(out, o.assignment)
+    out.append(0)
+
+
+def _d_DescribeGroupsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 2)
+    if n < 0:
+        raise null_error('DescribeGroupsRequest.groups', pos)
+    else:
+        f_groups, pos = read_string_array(buf, pos, end, n, False)
+    return DescribeGroupsRequest(groups=f_groups), pos
+
+
+def _e_DescribeGroupsRequest_0(out, o):
+    write_string_array(out, o.groups, False)
+
+
+def _d_DescribeGroupsRequest_3(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 2)
+    if n < 0:
+        raise null_error('DescribeGroupsRequest.groups', pos)
+    else:
+        f_groups, pos = read_string_array(buf, pos, end, n, False)
+    f_include_authorized_operations, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    return DescribeGroupsRequest(groups=f_groups, include_authorized_operations=f_include_authorized_operations), pos
+
+
+def _e_DescribeGroupsRequest_3(out, o):
+    write_string_array(out, o.groups, False)
+    out += _S_o.pack(o.include_authorized_operations)
+
+
+def _d_DescribeGroupsRequest_5(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 1)
+    if n < 0:
+        raise null_error('DescribeGroupsRequest.groups', pos)
+    else:
+        f_groups, pos = read_string_array(buf, pos, end, n, True)
+    f_include_authorized_operations, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeGroupsRequest(groups=f_groups, include_authorized_operations=f_include_authorized_operations), pos
+
+
+def _e_DescribeGroupsRequest_5(out, o):
+    write_string_array(out, o.groups, True)
+    out += _S_o.pack(o.include_authorized_operations)
+    out.append(0)
+
+
+def _d_DescribeGroupsResponseDescribedGroupMember_0(buf, pos, end):
+    f_member_id, pos = read_string(buf, pos, end)
+    f_client_id, pos = read_string(buf, pos, end)
+    f_client_host, pos = read_string(buf, pos, end)
+    f_member_metadata, pos = read_bytes(buf, pos, end)
+    f_member_assignment, pos = read_bytes(buf, pos, end)
+    return DescribeGroupsResponseDescribedGroupMember(member_id=f_member_id, client_id=f_client_id, client_host=f_client_host, member_metadata=f_member_metadata, member_assignment=f_member_assignment), pos
+
+
+def _d_DescribeGroupsResponseDescribedGroup_0(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_group_id, pos = read_string(buf, pos, end)
+    f_group_state, pos = read_string(buf, pos, end)
+    f_protocol_type, pos = read_string(buf, pos, end)
+    f_protocol_data, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 14)
+    if n < 0:
+        raise null_error('DescribeGroupsResponseDescribedGroup.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroupMember_0(buf, pos, end)
+            append(item)
+    return DescribeGroupsResponseDescribedGroup(error_code=f_error_code, group_id=f_group_id, group_state=f_group_state, protocol_type=f_protocol_type, protocol_data=f_protocol_data, members=f_members), pos
+
+
+def _d_DescribeGroupsResponse_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 14)
+    if n < 0:
+        raise null_error('DescribeGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroup_0(buf, pos, end)
+            append(item)
+    return DescribeGroupsResponse(groups=f_groups), pos
+
+
+def _e_DescribeGroupsResponseDescribedGroupMember_0(out, o):
+    write_string(out, o.member_id)
+    write_string(out, o.client_id)
+    write_string(out, o.client_host)
+    write_bytes(out, o.member_metadata)
+    write_bytes(out, o.member_assignment)
+
+
+def _e_DescribeGroupsResponseDescribedGroup_0(out, o):
+    out += _S_h.pack(o.error_code)
+    write_string(out, o.group_id)
+    write_string(out, o.group_state)
+    write_string(out, o.protocol_type)
+    write_string(out, o.protocol_data)
+    write_count(out, len(o.members), False)
+    for item in o.members:
+        _e_DescribeGroupsResponseDescribedGroupMember_0(out, item)
+
+
+def _e_DescribeGroupsResponse_0(out, o):
+    write_count(out, len(o.groups), False)
+    for item in o.groups:
+        _e_DescribeGroupsResponseDescribedGroup_0(out, item)
+
+
+def _d_DescribeGroupsResponse_1(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 14)
+    if n < 0:
+        raise null_error('DescribeGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroup_0(buf, pos, end)
+            append(item)
+    return DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups), pos
+
+
+def _e_DescribeGroupsResponse_1(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.groups), False)
+    for item in o.groups:
+        _e_DescribeGroupsResponseDescribedGroup_0(out, item)
+
+
+def _d_DescribeGroupsResponseDescribedGroup_3(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_group_id, pos = read_string(buf, pos, end)
+    f_group_state, pos = read_string(buf, pos, end)
+    f_protocol_type, pos = read_string(buf, pos, end)
+    f_protocol_data, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 14)
+    if n < 0:
+        raise null_error('DescribeGroupsResponseDescribedGroup.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroupMember_0(buf, pos, end)
+            append(item)
+    f_authorized_operations, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return DescribeGroupsResponseDescribedGroup(error_code=f_error_code, group_id=f_group_id, group_state=f_group_state, protocol_type=f_protocol_type, protocol_data=f_protocol_data, members=f_members, authorized_operations=f_authorized_operations), pos
+
+
+def _d_DescribeGroupsResponse_3(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 18)
+    if n < 0:
+        raise null_error('DescribeGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroup_3(buf, pos, end)
+            append(item)
+    return DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups), pos
+
+
+def _e_DescribeGroupsResponseDescribedGroup_3(out, o):
+    out += _S_h.pack(o.error_code)
+    write_string(out, o.group_id)
+    write_string(out, o.group_state)
+    write_string(out, o.protocol_type)
+    write_string(out, o.protocol_data)
+    write_count(out, len(o.members), False)
+    for item in o.members:
+        _e_DescribeGroupsResponseDescribedGroupMember_0(out, item)
+    out += _S_i.pack(o.authorized_operations)
+
+
+def _e_DescribeGroupsResponse_3(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.groups), False)
+    for item in o.groups:
+        _e_DescribeGroupsResponseDescribedGroup_3(out, item)
+
+
+def _d_DescribeGroupsResponseDescribedGroupMember_4(buf, pos, end):
+    f_member_id, pos = read_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_string(buf, pos, end)
+    f_client_id, pos = read_string(buf, pos, end)
+    f_client_host, pos = read_string(buf, pos, end)
+    f_member_metadata, pos = read_bytes(buf, pos, end)
+    f_member_assignment, pos = read_bytes(buf, pos, end)
+    return DescribeGroupsResponseDescribedGroupMember(member_id=f_member_id, group_instance_id=f_group_instance_id, client_id=f_client_id, client_host=f_client_host, member_metadata=f_member_metadata, member_assignment=f_member_assignment), pos
+
+
+def _d_DescribeGroupsResponseDescribedGroup_4(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_group_id, pos = read_string(buf, pos, end)
+    f_group_state, pos = read_string(buf, pos, end)
+    f_protocol_type, pos = read_string(buf, pos, end)
+    f_protocol_data, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 16)
+    if n < 0:
+        raise null_error('DescribeGroupsResponseDescribedGroup.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroupMember_4(buf, pos, end)
+            append(item)
+    f_authorized_operations, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return DescribeGroupsResponseDescribedGroup(error_code=f_error_code, group_id=f_group_id, group_state=f_group_state, protocol_type=f_protocol_type, protocol_data=f_protocol_data, members=f_members, authorized_operations=f_authorized_operations), pos
+
+
+def _d_DescribeGroupsResponse_4(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 18)
+    if n < 0:
+        raise null_error('DescribeGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroup_4(buf, pos, end)
+            append(item)
+    return DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups), pos
+
+
+def _e_DescribeGroupsResponseDescribedGroupMember_4(out, o):
+    write_string(out, o.member_id)
+    write_nullable_string(out, o.group_instance_id)
+    write_string(out, o.client_id)
+    write_string(out, o.client_host)
+    write_bytes(out, o.member_metadata)
+    write_bytes(out, o.member_assignment)
+
+
+def _e_DescribeGroupsResponseDescribedGroup_4(out, o):
+    out += _S_h.pack(o.error_code)
+    write_string(out, o.group_id)
+    write_string(out, o.group_state)
+    write_string(out, o.protocol_type)
+    write_string(out, o.protocol_data)
+    write_count(out, len(o.members), False)
+    for item in o.members:
+        _e_DescribeGroupsResponseDescribedGroupMember_4(out, item)
+    out += _S_i.pack(o.authorized_operations)
+
+
+def _e_DescribeGroupsResponse_4(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.groups), False)
+    for item in o.groups:
+        _e_DescribeGroupsResponseDescribedGroup_4(out, item)
+
+
+def _d_DescribeGroupsResponseDescribedGroupMember_5(buf, pos, end):
+    f_member_id, pos = read_compact_string(buf, pos, end)
+    f_group_instance_id, pos = read_nullable_compact_string(buf, pos, end)
+    f_client_id, pos = read_compact_string(buf, pos, end)
+    f_client_host, pos = read_compact_string(buf, pos, end)
+    f_member_metadata, pos = read_compact_bytes(buf, pos, end)
+    f_member_assignment, pos = read_compact_bytes(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeGroupsResponseDescribedGroupMember(member_id=f_member_id, group_instance_id=f_group_instance_id, client_id=f_client_id, client_host=f_client_host, member_metadata=f_member_metadata, member_assignment=f_member_assignment), pos
+
+
+def _d_DescribeGroupsResponseDescribedGroup_5(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_group_state, pos = read_compact_string(buf, pos, end)
+    f_protocol_type, pos = read_compact_string(buf, pos, end)
+    f_protocol_data, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('DescribeGroupsResponseDescribedGroup.members', pos)
+    else:
+        f_members = []
+        append = f_members.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroupMember_5(buf, pos, end)
+            append(item)
+    f_authorized_operations, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeGroupsResponseDescribedGroup(error_code=f_error_code, group_id=f_group_id, group_state=f_group_state, protocol_type=f_protocol_type, protocol_data=f_protocol_data, members=f_members, authorized_operations=f_authorized_operations), pos
+
+
+def _d_DescribeGroupsResponse_5(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 12)
+    if n < 0:
+        raise null_error('DescribeGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_DescribeGroupsResponseDescribedGroup_5(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups), pos
+
+
+def _e_DescribeGroupsResponseDescribedGroupMember_5(out, o):
+    write_compact_string(out, o.member_id)
+    write_nullable_compact_string(out, o.group_instance_id)
+    write_compact_string(out, o.client_id)
+    write_compact_string(out, o.client_host)
+    write_compact_bytes(out, o.member_metadata)
+    write_compact_bytes(out, o.member_assignment)
+    out.append(0)
+
+
+def _e_DescribeGroupsResponseDescribedGroup_5(out, o):
+    out += _S_h.pack(o.error_code)
+    write_compact_string(out, o.group_id)
+    write_compact_string(out, o.group_state)
+    write_compact_string(out, o.protocol_type)
+    write_compact_string(out, o.protocol_data)
+    write_count(out, len(o.members), True)
+    for item in o.members:
+        _e_DescribeGroupsResponseDescribedGroupMember_5(out, item)
+    out += _S_i.pack(o.authorized_operations)
+    out.append(0)
+
+
+def _e_DescribeGroupsResponse_5(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.groups), True)
+    for item in o.groups:
+        _e_DescribeGroupsResponseDescribedGroup_5(out, item)
+    out.append(0)
+
+
+def _d_ListGroupsRequest_0(buf, pos, end):
+    return ListGroupsRequest(), pos
+
+
+def _e_ListGroupsRequest_0(out, o):
+    pass
+
+
+def _d_ListGroupsRequest_3(buf, pos, end):
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ListGroupsRequest(), pos
+
+
+def _e_ListGroupsRequest_3(out, o):
+    out.append(0)
+
+
+def _d_ListGroupsRequest_4(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 1)
+    if n < 0:
+        raise null_error('ListGroupsRequest.states_filter', pos)
+    else:
+        f_states_filter, pos = read_string_array(buf, pos, end, n, True)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ListGroupsRequest(states_filter=f_states_filter), pos
+
+
+def _e_ListGroupsRequest_4(out, o):
+    write_string_array(out, o.states_filter, True)
+    out.append(0)
+
+
+def _d_ListGroupsResponseListedGroup_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_protocol_type, pos = read_string(buf, pos, end)
+    return ListGroupsResponseListedGroup(group_id=f_group_id, protocol_type=f_protocol_type), pos
+
+
+def _d_ListGroupsResponse_0(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('ListGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_ListGroupsResponseListedGroup_0(buf, pos, end)
+            append(item)
+    return ListGroupsResponse(error_code=f_error_code, groups=f_groups), pos
+
+
+def _e_ListGroupsResponseListedGroup_0(out, o):
+    write_string(out, o.group_id)
+    write_string(out, o.protocol_type)
+
+
+def _e_ListGroupsResponse_0(out, o):
+    out += _S_h.pack(o.error_code)
+    write_count(out, len(o.groups), False)
+    for item in o.groups:
+        _e_ListGroupsResponseListedGroup_0(out, item)
+
+
+def _d_ListGroupsResponse_1(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('ListGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_ListGroupsResponseListedGroup_0(buf, pos, end)
+            append(item)
+    return ListGroupsResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups), pos
+
+
+def _e_ListGroupsResponse_1(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_count(out, len(o.groups), False)
+    for item in o.groups:
+        _e_ListGroupsResponseListedGroup_0(out, item)
+
+
+def _d_ListGroupsResponseListedGroup_3(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_protocol_type, pos = read_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ListGroupsResponseListedGroup(group_id=f_group_id, protocol_type=f_protocol_type), pos
+
+
+def _d_ListGroupsResponse_3(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('ListGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_ListGroupsResponseListedGroup_3(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ListGroupsResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups), pos
+
+
+def _e_ListGroupsResponseListedGroup_3(out, o):
+    write_compact_string(out, o.group_id)
+    write_compact_string(out, o.protocol_type)
+    out.append(0)
+
+
+def _e_ListGroupsResponse_3(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_count(out, len(o.groups), True)
+    for item in o.groups:
+        _e_ListGroupsResponseListedGroup_3(out, item)
+    out.append(0)
+
+
+def _d_ListGroupsResponseListedGroup_4(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_protocol_type, pos = read_compact_string(buf, pos, end)
+    f_group_state, pos = read_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ListGroupsResponseListedGroup(group_id=f_group_id, protocol_type=f_protocol_type, group_state=f_group_state), pos
+
+
+def _d_ListGroupsResponse_4(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('ListGroupsResponse.groups', pos)
+    else:
+        f_groups = []
+        append = f_groups.append
+        for _ in range(n):
+            item, pos = _d_ListGroupsResponseListedGroup_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ListGroupsResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups), pos
+
+
+def _e_ListGroupsResponseListedGroup_4(out, o):
+    write_compact_string(out, o.group_id)
+    write_compact_string(out, o.protocol_type)
+    write_compact_string(out, o.group_state)
+    out.append(0)
+
+
+def _e_ListGroupsResponse_4(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_count(out, len(o.groups), True)
+    for item in o.groups:
+        _e_ListGroupsResponseListedGroup_4(out, item)
+    out.append(0)
+
+
 def _d_ApiVersionsRequest_0(buf, pos, end):
     return ApiVersionsRequest(), pos
-
-
-def _e_ApiVersionsRequest_0(out, o):
-    pass
 
 
 def _d_ApiVersionsRequest_3(buf, pos, end):
@@ -4093,6 +7624,986 @@ def _e_ApiVersionsResponse_3(out, o):
         t += _S_o.pack(o.zk_migration_ready)
         tags.append((3, t))
     write_tagged_fields(out, tags)
+
+
+def _d_CreateTopicsRequestCreatableReplicaAssignment_0(buf, pos, end):
+    f_partition_index, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('CreateTopicsRequestCreatableReplicaAssignment.broker_ids', pos)
+    else:
+        f_broker_ids, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    return CreateTopicsRequestCreatableReplicaAssignment(partition_index=f_partition_index, broker_ids=f_broker_ids), pos
+
+
+def _d_CreateTopicsRequestCreatableTopicConfig_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_value, pos = read_nullable_string(buf, pos, end)
+    return CreateTopicsRequestCreatableTopicConfig(name=f_name, value=f_value), pos
+
+
+def _d_CreateTopicsRequestCreatableTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_num_partitions, f_replication_factor = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_count(buf, pos, end, 8)
+    if n < 0:
+        raise null_error('CreateTopicsRequestCreatableTopic.assignments', pos)
+    else:
+        f_assignments = []
+        append = f_assignments.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsRequestCreatableReplicaAssignment_0(buf, pos, end)
+            append(item)
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('CreateTopicsRequestCreatableTopic.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsRequestCreatableTopicConfig_0(buf, pos, end)
+            append(item)
+    return CreateTopicsRequestCreatableTopic(name=f_name, num_partitions=f_num_partitions, replication_factor=f_replication_factor, assignments=f_assignments, configs=f_configs), pos
+
+
+def _d_CreateTopicsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 16)
+    if n < 0:
+        raise null_error('CreateTopicsRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsRequestCreatableTopic_0(buf, pos, end)
+            append(item)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return CreateTopicsRequest(topics=f_topics, timeout_ms=f_timeout_ms), pos
+
+
+def _e_CreateTopicsRequestCreatableReplicaAssignment_0(out, o):
+    out += _S_i.pack(o.partition_index)
+    write_fixed_array(out, o.broker_ids, 'i', False)
+
+
+def _e_CreateTopicsRequestCreatableTopicConfig_0(out, o):
+    write_string(out, o.name)
+    write_nullable_string(out, o.value)
+
+
+def _e_CreateTopicsRequestCreatableTopic_0(out, o):
+    write_string(out, o.name)
+    out += _S_ih.pack(o.num_partitions, o.replication_factor)
+    write_count(out, len(o.assignments), False)
+    for item in o.assignments:
+        _e_CreateTopicsRequestCreatableReplicaAssignment_0(out, item)
+    write_count(out, len(o.configs), False)
+    for item in o.configs:
+        _e_CreateTopicsRequestCreatableTopicConfig_0(out, item)
+
+
+def _e_CreateTopicsRequest_0(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_CreateTopicsRequestCreatableTopic_0(out, item)
+    out += _S_i.pack(o.timeout_ms)
+
+
+def _d_CreateTopicsRequest_1(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 16)
+    if n < 0:
+        raise null_error('CreateTopicsRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsRequestCreatableTopic_0(buf, pos, end)
+            append(item)
+    f_timeout_ms, f_validate_only = _S_io.unpack_from(buf, pos)
+    pos += 5
+    return CreateTopicsRequest(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only), pos
+
+
+def _e_CreateTopicsRequest_1(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_CreateTopicsRequestCreatableTopic_0(out, item)
+    out += _S_io.pack(o.timeout_ms, o.validate_only)
+
+
+def _d_CreateTopicsRequestCreatableReplicaAssignment_5(buf, pos, end):
+    f_partition_index, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('CreateTopicsRequestCreatableReplicaAssignment.broker_ids', pos)
+    else:
+        f_broker_ids, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreateTopicsRequestCreatableReplicaAssignment(partition_index=f_partition_index, broker_ids=f_broker_ids), pos
+
+
+def _d_CreateTopicsRequestCreatableTopicConfig_5(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_value, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreateTopicsRequestCreatableTopicConfig(name=f_name, value=f_value), pos
+
+
+def _d_CreateTopicsRequestCreatableTopic_5(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_num_partitions, f_replication_factor = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_compact_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('CreateTopicsRequestCreatableTopic.assignments', pos)
+    else:
+        f_assignments = []
+        append = f_assignments.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsRequestCreatableReplicaAssignment_5(buf, pos, end)
+            append(item)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('CreateTopicsRequestCreatableTopic.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsRequestCreatableTopicConfig_5(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreateTopicsRequestCreatableTopic(name=f_name, num_partitions=f_num_partitions, replication_factor=f_replication_factor, assignments=f_assignments, configs=f_configs), pos
+
+
+def _d_CreateTopicsRequest_5(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 10)
+    if n < 0:
+        raise null_error('CreateTopicsRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsRequestCreatableTopic_5(buf, pos, end)
+            append(item)
+    f_timeout_ms, f_validate_only = _S_io.unpack_from(buf, pos)
+    pos += 5
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreateTopicsRequest(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only), pos
+
+
+def _e_CreateTopicsRequestCreatableReplicaAssignment_5(out, o):
+    out += _S_i.pack(o.partition_index)
+    write_fixed_array(out, o.broker_ids, 'i', True)
+    out.append(0)
+
+
+def _e_CreateTopicsRequestCreatableTopicConfig_5(out, o):
+    write_compact_string(out, o.name)
+    write_nullable_compact_string(out, o.value)
+    out.append(0)
+
+
+def _e_CreateTopicsRequestCreatableTopic_5(out, o):
+    write_compact_string(out, o.name)
+    out += _S_ih.pack(o.num_partitions, o.replication_factor)
+    write_count(out, len(o.assignments), True)
+    for item in o.assignments:
+        _e_CreateTopicsRequestCreatableReplicaAssignment_5(out, item)
+    write_count(out, len(o.configs), True)
+    for item in o.configs:
+        _e_CreateTopicsRequestCreatableTopicConfig_5(out, item)
+    out.append(0)
+
+
+def _e_CreateTopicsRequest_5(out, o):
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_CreateTopicsRequestCreatableTopic_5(out, item)
+    out += _S_io.pack(o.timeout_ms, o.validate_only)
+    out.append(0)
+
+
+def _d_CreateTopicsResponseCreatableTopicResult_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return CreateTopicsResponseCreatableTopicResult(name=f_name, error_code=f_error_code), pos
+
+
+def _d_CreateTopicsResponse_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('CreateTopicsResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsResponseCreatableTopicResult_0(buf, pos, end)
+            append(item)
+    return CreateTopicsResponse(topics=f_topics), pos
+
+
+def _e_CreateTopicsResponseCreatableTopicResult_0(out, o):
+    write_string(out, o.name)
+    out += _S_h.pack(o.error_code)
+
+
+def _e_CreateTopicsResponse_0(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_CreateTopicsResponseCreatableTopicResult_0(out, item)
+
+
+def _d_CreateTopicsResponseCreatableTopicResult_1(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    return CreateTopicsResponseCreatableTopicResult(name=f_name, error_code=f_error_code, error_message=f_error_message), pos
+
+
+def _d_CreateTopicsResponse_1(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('CreateTopicsResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsResponseCreatableTopicResult_1(buf, pos, end)
+            append(item)
+    return CreateTopicsResponse(topics=f_topics), pos
+
+
+def _e_CreateTopicsResponseCreatableTopicResult_1(out, o):
+    write_string(out, o.name)
+    out += _S_h.pack(o.error_code)
+    write_nullable_string(out, o.error_message)
+
+
+def _e_CreateTopicsResponse_1(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_CreateTopicsResponseCreatableTopicResult_1(out, item)
+
+
+def _d_CreateTopicsResponse_2(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('CreateTopicsResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsResponseCreatableTopicResult_1(buf, pos, end)
+            append(item)
+    return CreateTopicsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_CreateTopicsResponse_2(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_CreateTopicsResponseCreatableTopicResult_1(out, item)
+
+
+def _d_CreateTopicsResponseCreatableTopicConfigs_5(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_value, pos = read_nullable_compact_string(buf, pos, end)
+    f_read_only, f_config_source, f_is_sensitive = _S_obo.unpack_from(buf, pos)
+    pos += 3
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreateTopicsResponseCreatableTopicConfigs(name=f_name, value=f_value, read_only=f_read_only, config_source=f_config_source, is_sensitive=f_is_sensitive), pos
+
+
+def _dt_CreateTopicsResponseCreatableTopicResult_5(buf, pos, end):
+    n, pos = read_uvarint(buf, pos)
+    check_tag_count(n, pos, end)
+    tagged = {}
+    for _ in range(n):
+        tag, pos, e = read_tag_header(buf, pos, end)
+        if tag == 0:
+            f_topic_config_error_code, = _S_h.unpack_from(buf, pos)
+            pos += 2
+            value = f_topic_config_error_code
+            if pos != e:
+                raise tag_size_error('CreateTopicsResponseCreatableTopicResult.topic_config_error_code', tag, pos, e)
+            tagged['topic_config_error_code'] = value
+        pos = e
+    return tagged, pos
+
+
+def _d_CreateTopicsResponseCreatableTopicResult_5(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    f_num_partitions, f_replication_factor = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_compact_count(buf, pos, end, 6)
+    if n < 0:
+        f_configs = None
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsResponseCreatableTopicConfigs_5(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        return CreateTopicsResponseCreatableTopicResult(name=f_name, error_code=f_error_code, error_message=f_error_message, num_partitions=f_num_partitions, replication_factor=f_replication_factor, configs=f_configs), pos + 1
+    tagged, pos = _dt_CreateTopicsResponseCreatableTopicResult_5(buf, pos, end)
+    return CreateTopicsResponseCreatableTopicResult(name=f_name, error_code=f_error_code, error_message=f_error_message, num_partitions=f_num_partitions, replication_factor=f_replication_factor, configs=f_configs, **tagged), pos
+
+
+def _d_CreateTopicsResponse_5(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 12)
+    if n < 0:
+        raise null_error('CreateTopicsResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsResponseCreatableTopicResult_5(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreateTopicsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_CreateTopicsResponseCreatableTopicConfigs_5(out, o):
+    write_compact_string(out, o.name)
+    write_nullable_compact_string(out, o.value)
+    out += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
+    out.append(0)
+
+
+def _e_CreateTopicsResponseCreatableTopicResult_5(out, o):
+    write_compact_string(out, o.name)
+    out += _S_h.pack(o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out += _S_ih.pack(o.num_partitions, o.replication_factor)
+    if o.configs is None:
+        out.append(0)
+    else:
+        write_count(out, len(o.configs), True)
+        for item in o.configs:
+            _e_CreateTopicsResponseCreatableTopicConfigs_5(out, item)
+    tags = []
+    if o.topic_config_error_code != 0:
+        t = bytearray()
+        t += _S_h.pack(o.topic_config_error_code)
+        tags.append((0, t))
+    write_tagged_fields(out, tags)
+
+
+def _e_CreateTopicsResponse_5(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_CreateTopicsResponseCreatableTopicResult_5(out, item)
+    out.append(0)
+
+
+def _d_CreateTopicsResponseCreatableTopicResult_7(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_topic_id, f_error_code = _S_uh.unpack_from(buf, pos)
+    pos += 18
+    f_topic_id = uuid.UUID(bytes=f_topic_id)
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    f_num_partitions, f_replication_factor = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_compact_count(buf, pos, end, 6)
+    if n < 0:
+        f_configs = None
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsResponseCreatableTopicConfigs_5(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        return CreateTopicsResponseCreatableTopicResult(name=f_name, topic_id=f_topic_id, error_code=f_error_code, error_message=f_error_message, num_partitions=f_num_partitions, replication_factor=f_replication_factor, configs=f_configs), pos + 1
+    tagged, pos = _dt_CreateTopicsResponseCreatableTopicResult_5(buf, pos, end)
+    return CreateTopicsResponseCreatableTopicResult(name=f_name, topic_id=f_topic_id, error_code=f_error_code, error_message=f_error_message, num_partitions=f_num_partitions, replication_factor=f_replication_factor, configs=f_configs, **tagged), pos
+
+
+def _d_CreateTopicsResponse_7(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 28)
+    if n < 0:
+        raise null_error('CreateTopicsResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreateTopicsResponseCreatableTopicResult_7(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreateTopicsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_CreateTopicsResponseCreatableTopicResult_7(out, o):
+    write_compact_string(out, o.name)
+    out += _S_uh.pack(o.topic_id.bytes, o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out += _S_ih.pack(o.num_partitions, o.replication_factor)
+    if o.configs is None:
+        out.append(0)
+    else:
+        write_count(out, len(o.configs), True)
+        for item in o.configs:
+            _e_CreateTopicsResponseCreatableTopicConfigs_5(out, item)
+    tags = []
+    if o.topic_config_error_code != 0:
+        t = bytearray()
+        t += _S_h.pack(o.topic_config_error_code)
+        tags.append((0, t))
+    write_tagged_fields(out, tags)
+
+
+def _e_CreateTopicsResponse_7(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_CreateTopicsResponseCreatableTopicResult_7(out, item)
+    out.append(0)
+
+
+def _d_DeleteTopicsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 2)
+    if n < 0:
+        raise null_error('DeleteTopicsRequest.topic_names', pos)
+    else:
+        f_topic_names, pos = read_string_array(buf, pos, end, n, False)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return DeleteTopicsRequest(topic_names=f_topic_names, timeout_ms=f_timeout_ms), pos
+
+
+def _e_DeleteTopicsRequest_0(out, o):
+    write_string_array(out, o.topic_names, False)
+    out += _S_i.pack(o.timeout_ms)
+
+
+def _d_DeleteTopicsRequest_4(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 1)
+    if n < 0:
+        raise null_error('DeleteTopicsRequest.topic_names', pos)
+    else:
+        f_topic_names, pos = read_string_array(buf, pos, end, n, True)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsRequest(topic_names=f_topic_names, timeout_ms=f_timeout_ms), pos
+
+
+def _e_DeleteTopicsRequest_4(out, o):
+    write_string_array(out, o.topic_names, True)
+    out += _S_i.pack(o.timeout_ms)
+    out.append(0)
+
+
+def _d_DeleteTopicsRequestDeleteTopicState_6(buf, pos, end):
+    f_name, pos = read_nullable_compact_string(buf, pos, end)
+    f_topic_id, = _S_u.unpack_from(buf, pos)
+    pos += 16
+    f_topic_id = uuid.UUID(bytes=f_topic_id)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsRequestDeleteTopicState(name=f_name, topic_id=f_topic_id), pos
+
+
+def _d_DeleteTopicsRequest_6(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 18)
+    if n < 0:
+        raise null_error('DeleteTopicsRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_DeleteTopicsRequestDeleteTopicState_6(buf, pos, end)
+            append(item)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsRequest(topics=f_topics, timeout_ms=f_timeout_ms), pos
+
+
+def _e_DeleteTopicsRequestDeleteTopicState_6(out, o):
+    write_nullable_compact_string(out, o.name)
+    out += _S_u.pack(o.topic_id.bytes)
+    out.append(0)
+
+
+def _e_DeleteTopicsRequest_6(out, o):
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_DeleteTopicsRequestDeleteTopicState_6(out, item)
+    out += _S_i.pack(o.timeout_ms)
+    out.append(0)
+
+
+def _d_DeleteTopicsResponseDeletableTopicResult_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return DeleteTopicsResponseDeletableTopicResult(name=f_name, error_code=f_error_code), pos
+
+
+def _d_DeleteTopicsResponse_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('DeleteTopicsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_DeleteTopicsResponseDeletableTopicResult_0(buf, pos, end)
+            append(item)
+    return DeleteTopicsResponse(responses=f_responses), pos
+
+
+def _e_DeleteTopicsResponse_0(out, o):
+    write_count(out, len(o.responses), False)
+    for item in o.responses:
+        _e_CreateTopicsResponseCreatableTopicResult_0(out, item)
+
+
+def _d_DeleteTopicsResponse_1(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('DeleteTopicsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_DeleteTopicsResponseDeletableTopicResult_0(buf, pos, end)
+            append(item)
+    return DeleteTopicsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses), pos
+
+
+def _e_DeleteTopicsResponse_1(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.responses), False)
+    for item in o.responses:
+        _e_CreateTopicsResponseCreatableTopicResult_0(out, item)
+
+
+def _d_DeleteTopicsResponseDeletableTopicResult_4(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsResponseDeletableTopicResult(name=f_name, error_code=f_error_code), pos
+
+
+def _d_DeleteTopicsResponse_4(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('DeleteTopicsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_DeleteTopicsResponseDeletableTopicResult_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses), pos
+
+
+def _e_DeleteTopicsResponseDeletableTopicResult_4(out, o):
+    write_compact_string(out, o.name)
+    out += _S_h.pack(o.error_code)
+    out.append(0)
+
+
+def _e_DeleteTopicsResponse_4(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.responses), True)
+    for item in o.responses:
+        _e_DeleteTopicsResponseDeletableTopicResult_4(out, item)
+    out.append(0)
+
+
+def _d_DeleteTopicsResponseDeletableTopicResult_5(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsResponseDeletableTopicResult(name=f_name, error_code=f_error_code, error_message=f_error_message), pos
+
+
+def _d_DeleteTopicsResponse_5(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 5)
+    if n < 0:
+        raise null_error('DeleteTopicsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_DeleteTopicsResponseDeletableTopicResult_5(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses), pos
+
+
+def _e_DeleteTopicsResponseDeletableTopicResult_5(out, o):
+    write_compact_string(out, o.name)
+    out += _S_h.pack(o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out.append(0)
+
+
+def _e_DeleteTopicsResponse_5(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.responses), True)
+    for item in o.responses:
+        _e_DeleteTopicsResponseDeletableTopicResult_5(out, item)
+    out.append(0)
+
+
+def _d_DeleteTopicsResponseDeletableTopicResult_6(buf, pos, end):
+    f_name, pos = read_nullable_compact_string(buf, pos, end)
+    f_topic_id, f_error_code = _S_uh.unpack_from(buf, pos)
+    pos += 18
+    f_topic_id = uuid.UUID(bytes=f_topic_id)
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsResponseDeletableTopicResult(name=f_name, topic_id=f_topic_id, error_code=f_error_code, error_message=f_error_message), pos
+
+
+def _d_DeleteTopicsResponse_6(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 21)
+    if n < 0:
+        raise null_error('DeleteTopicsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_DeleteTopicsResponseDeletableTopicResult_6(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteTopicsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses), pos
+
+
+def _e_DeleteTopicsResponseDeletableTopicResult_6(out, o):
+    write_nullable_compact_string(out, o.name)
+    out += _S_uh.pack(o.topic_id.bytes, o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out.append(0)
+
+
+def _e_DeleteTopicsResponse_6(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.responses), True)
+    for item in o.responses:
+        _e_DeleteTopicsResponseDeletableTopicResult_6(out, item)
+    out.append(0)
+
+
+def _d_DeleteRecordsRequestDeleteRecordsPartition_0(buf, pos, end):
+    f_partition_index, f_offset = _S_iq.unpack_from(buf, pos)
+    pos += 12
+    return DeleteRecordsRequestDeleteRecordsPartition(partition_index=f_partition_index, offset=f_offset), pos
+
+
+def _d_DeleteRecordsRequestDeleteRecordsTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 12)
+    if n < 0:
+        raise null_error('DeleteRecordsRequestDeleteRecordsTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_DeleteRecordsRequestDeleteRecordsPartition_0(buf, pos, end)
+            append(item)
+    return DeleteRecordsRequestDeleteRecordsTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_DeleteRecordsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('DeleteRecordsRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_DeleteRecordsRequestDeleteRecordsTopic_0(buf, pos, end)
+            append(item)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return DeleteRecordsRequest(topics=f_topics, timeout_ms=f_timeout_ms), pos
+
+
+def _e_DeleteRecordsRequestDeleteRecordsPartition_0(out, o):
+    out += _S_iq.pack(o.partition_index, o.offset)
+
+
+def _e_DeleteRecordsRequestDeleteRecordsTopic_0(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_DeleteRecordsRequestDeleteRecordsPartition_0(out, item)
+
+
+def _e_DeleteRecordsRequest_0(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_DeleteRecordsRequestDeleteRecordsTopic_0(out, item)
+    out += _S_i.pack(o.timeout_ms)
+
+
+def _d_DeleteRecordsRequestDeleteRecordsPartition_2(buf, pos, end):
+    f_partition_index, f_offset = _S_iq.unpack_from(buf, pos)
+    pos += 12
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteRecordsRequestDeleteRecordsPartition(partition_index=f_partition_index, offset=f_offset), pos
+
+
+def _d_DeleteRecordsRequestDeleteRecordsTopic_2(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 13)
+    if n < 0:
+        raise null_error('DeleteRecordsRequestDeleteRecordsTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_DeleteRecordsRequestDeleteRecordsPartition_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteRecordsRequestDeleteRecordsTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_DeleteRecordsRequest_2(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('DeleteRecordsRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_DeleteRecordsRequestDeleteRecordsTopic_2(buf, pos, end)
+            append(item)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteRecordsRequest(topics=f_topics, timeout_ms=f_timeout_ms), pos
+
+
+def _e_DeleteRecordsRequestDeleteRecordsPartition_2(out, o):
+    out += _S_iq.pack(o.partition_index, o.offset)
+    out.append(0)
+
+
+def _e_DeleteRecordsRequestDeleteRecordsTopic_2(out, o):
+    write_compact_string(out, o.name)
+    write_count(out, len(o.partitions), True)
+    for item in o.partitions:
+        _e_DeleteRecordsRequestDeleteRecordsPartition_2(out, item)
+    out.append(0)
+
+
+def _e_DeleteRecordsRequest_2(out, o):
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_DeleteRecordsRequestDeleteRecordsTopic_2(out, item)
+    out += _S_i.pack(o.timeout_ms)
+    out.append(0)
+
+
+def _d_DeleteRecordsResponseDeleteRecordsPartitionResult_0(buf, pos, end):
+    f_partition_index, f_low_watermark, f_error_code = _S_iqh.unpack_from(buf, pos)
+    pos += 14
+    return DeleteRecordsResponseDeleteRecordsPartitionResult(partition_index=f_partition_index, low_watermark=f_low_watermark, error_code=f_error_code), pos
+
+
+def _d_DeleteRecordsResponseDeleteRecordsTopicResult_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 14)
+    if n < 0:
+        raise null_error('DeleteRecordsResponseDeleteRecordsTopicResult.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_DeleteRecordsResponseDeleteRecordsPartitionResult_0(buf, pos, end)
+            append(item)
+    return DeleteRecordsResponseDeleteRecordsTopicResult(name=f_name, partitions=f_partitions), pos
+
+
+def _d_DeleteRecordsResponse_0(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('DeleteRecordsResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_DeleteRecordsResponseDeleteRecordsTopicResult_0(buf, pos, end)
+            append(item)
+    return DeleteRecordsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_DeleteRecordsResponseDeleteRecordsPartitionResult_0(out, o):
+    out += _S_iqh.pack(o.partition_index, o.low_watermark, o.error_code)
+
+
+def _e_DeleteRecordsResponseDeleteRecordsTopicResult_0(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_DeleteRecordsResponseDeleteRecordsPartitionResult_0(out, item)
+
+
+def _e_DeleteRecordsResponse_0(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_DeleteRecordsResponseDeleteRecordsTopicResult_0(out, item)
+
+
+def _d_DeleteRecordsResponseDeleteRecordsPartitionResult_2(buf, pos, end):
+    f_partition_index, f_low_watermark, f_error_code = _S_iqh.unpack_from(buf, pos)
+    pos += 14
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteRecordsResponseDeleteRecordsPartitionResult(partition_index=f_partition_index, low_watermark=f_low_watermark, error_code=f_error_code), pos
+
+
+def _d_DeleteRecordsResponseDeleteRecordsTopicResult_2(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 15)
+    if n < 0:
+        raise null_error('DeleteRecordsResponseDeleteRecordsTopicResult.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_DeleteRecordsResponseDeleteRecordsPartitionResult_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteRecordsResponseDeleteRecordsTopicResult(name=f_name, partitions=f_partitions), pos
+
+
+def _d_DeleteRecordsResponse_2(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('DeleteRecordsResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_DeleteRecordsResponseDeleteRecordsTopicResult_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteRecordsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_DeleteRecordsResponseDeleteRecordsPartitionResult_2(out, o):
+    out += _S_iqh.pack(o.partition_index, o.low_watermark, o.error_code)
+    out.append(0)
+
+
+def _e_DeleteRecordsResponseDeleteRecordsTopicResult_2(out, o):
+    write_compact_string(out, o.name)
+    write_count(out, len(o.partitions), True)
+    for item in o.partitions:
+        _e_DeleteRecordsResponseDeleteRecordsPartitionResult_2(out, item)
+    out.append(0)
+
+
+def _e_DeleteRecordsResponse_2(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_DeleteRecordsResponseDeleteRecordsTopicResult_2(out, item)
+    out.append(0)
 
 
 def _d_InitProducerIdRequest_0(buf, pos, end):
@@ -4427,23 +8938,1887 @@ def _e_OffsetForLeaderEpochResponse_4(out, o):
     out.append(0)
 
 
+def _d_DescribeConfigsRequestDescribeConfigsResource_0(buf, pos, end):
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 2)
+    if n < 0:
+        f_configuration_keys = None
+    else:
+        f_configuration_keys, pos = read_string_array(buf, pos, end, n, False)
+    return DescribeConfigsRequestDescribeConfigsResource(resource_type=f_resource_type, resource_name=f_resource_name, configuration_keys=f_configuration_keys), pos
+
+
+def _d_DescribeConfigsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('DescribeConfigsRequest.resources', pos)
+    else:
+        f_resources = []
+        append = f_resources.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsRequestDescribeConfigsResource_0(buf, pos, end)
+            append(item)
+    return DescribeConfigsRequest(resources=f_resources), pos
+
+
+def _e_DescribeConfigsRequestDescribeConfigsResource_0(out, o):
+    out += _S_b.pack(o.resource_type)
+    write_string(out, o.resource_name)
+    if o.configuration_keys is None:
+        out += NULL_INT32
+    else:
+        write_string_array(out, o.configuration_keys, False)
+
+
+def _e_DescribeConfigsRequest_0(out, o):
+    write_count(out, len(o.resources), False)
+    for item in o.resources:
+        _e_DescribeConfigsRequestDescribeConfigsResource_0(out, item)
+
+
+def _d_DescribeConfigsRequest_1(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('DescribeConfigsRequest.resources', pos)
+    else:
+        f_resources = []
+        append = f_resources.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsRequestDescribeConfigsResource_0(buf, pos, end)
+            append(item)
+    f_include_synonyms, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    return DescribeConfigsRequest(resources=f_resources, include_synonyms=f_include_synonyms), pos
+
+
+def _e_DescribeConfigsRequest_1(out, o):
+    write_count(out, len(o.resources), False)
+    for item in o.resources:
+        _e_DescribeConfigsRequestDescribeConfigsResource_0(out, item)
+    out += _S_o.pack(o.include_synonyms)
+
+
+def _d_DescribeConfigsRequest_3(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('DescribeConfigsRequest.resources', pos)
+    else:
+        f_resources = []
+        append = f_resources.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsRequestDescribeConfigsResource_0(buf, pos, end)
+            append(item)
+    f_include_synonyms, f_include_documentation = _S_oo.unpack_from(buf, pos)
+    pos += 2
+    return DescribeConfigsRequest(resources=f_resources, include_synonyms=f_include_synonyms, include_documentation=f_include_documentation), pos
+
+
+def _e_DescribeConfigsRequest_3(out, o):
+    write_count(out, len(o.resources), False)
+    for item in o.resources:
+        _e_DescribeConfigsRequestDescribeConfigsResource_0(out, item)
+    out += _S_oo.pack(o.include_synonyms, o.include_documentation)
+
+
+def _d_DescribeConfigsRequestDescribeConfigsResource_4(buf, pos, end):
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 1)
+    if n < 0:
+        f_configuration_keys = None
+    else:
+        f_configuration_keys, pos = read_string_array(buf, pos, end, n, True)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeConfigsRequestDescribeConfigsResource(resource_type=f_resource_type, resource_name=f_resource_name, configuration_keys=f_configuration_keys), pos
+
+
+def _d_DescribeConfigsRequest_4(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('DescribeConfigsRequest.resources', pos)
+    else:
+        f_resources = []
+        append = f_resources.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsRequestDescribeConfigsResource_4(buf, pos, end)
+            append(item)
+    f_include_synonyms, f_include_documentation = _S_oo.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeConfigsRequest(resources=f_resources, include_synonyms=f_include_synonyms, include_documentation=f_include_documentation), pos
+
+
+def _e_DescribeConfigsRequestDescribeConfigsResource_4(out, o):
+    out += _S_b.pack(o.resource_type)
+    write_compact_string(out, o.resource_name)
+    if o.configuration_keys is None:
+        out.append(0)
+    else:
+        write_string_array(out, o.configuration_keys, True)
+    out.append(0)
+
+
+def _e_DescribeConfigsRequest_4(out, o):
+    write_count(out, len(o.resources), True)
+    for item in o.resources:
+        _e_DescribeConfigsRequestDescribeConfigsResource_4(out, item)
+    out += _S_oo.pack(o.include_synonyms, o.include_documentation)
+    out.append(0)
+
+
+def _d_DescribeConfigsResponseDescribeConfigsResourceResult_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_value, pos = read_nullable_string(buf, pos, end)
+    f_read_only, f_is_default, f_is_sensitive = _S_ooo.unpack_from(buf, pos)
+    pos += 3
+    return DescribeConfigsResponseDescribeConfigsResourceResult(name=f_name, value=f_value, read_only=f_read_only, is_default=f_is_default, is_sensitive=f_is_sensitive), pos
+
+
+def _d_DescribeConfigsResponseDescribeConfigsResult_0(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('DescribeConfigsResponseDescribeConfigsResult.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsResourceResult_0(buf, pos, end)
+            append(item)
+    return DescribeConfigsResponseDescribeConfigsResult(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs), pos
+
+
+def _d_DescribeConfigsResponse_0(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 11)
+    if n < 0:
+        raise null_error('DescribeConfigsResponse.results', pos)
+    else:
+        f_results = []
+        append = f_results.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsResult_0(buf, pos, end)
+            append(item)
+    return DescribeConfigsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_DescribeConfigsResponseDescribeConfigsResourceResult_0(out, o):
+    write_string(out, o.name)
+    write_nullable_string(out, o.value)
+    out += _S_ooo.pack(o.read_only, o.is_default, o.is_sensitive)
+
+
+def _e_DescribeConfigsResponseDescribeConfigsResult_0(out, o):
+    out += _S_h.pack(o.error_code)
+    write_nullable_string(out, o.error_message)
+    out += _S_b.pack(o.resource_type)
+    write_string(out, o.resource_name)
+    write_count(out, len(o.configs), False)
+    for item in o.configs:
+        _e_DescribeConfigsResponseDescribeConfigsResourceResult_0(out, item)
+
+
+def _e_DescribeConfigsResponse_0(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.results), False)
+    for item in o.results:
+        _e_DescribeConfigsResponseDescribeConfigsResult_0(out, item)
+
+
+def _d_DescribeConfigsResponseDescribeConfigsSynonym_1(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_value, pos = read_nullable_string(buf, pos, end)
+    f_source, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    return DescribeConfigsResponseDescribeConfigsSynonym(name=f_name, value=f_value, source=f_source), pos
+
+
+def _d_DescribeConfigsResponseDescribeConfigsResourceResult_1(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_value, pos = read_nullable_string(buf, pos, end)
+    f_read_only, f_config_source, f_is_sensitive = _S_obo.unpack_from(buf, pos)
+    pos += 3
+    n, pos = read_count(buf, pos, end, 5)
+    if n < 0:
+        raise null_error('DescribeConfigsResponseDescribeConfigsResourceResult.synonyms', pos)
+    else:
+        f_synonyms = []
+        append = f_synonyms.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsSynonym_1(buf, pos, end)
+            append(item)
+    return DescribeConfigsResponseDescribeConfigsResourceResult(name=f_name, value=f_value, read_only=f_read_only, config_source=f_config_source, is_sensitive=f_is_sensitive, synonyms=f_synonyms), pos
+
+
+def _d_DescribeConfigsResponseDescribeConfigsResult_1(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 11)
+    if n < 0:
+        raise null_error('DescribeConfigsResponseDescribeConfigsResult.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsResourceResult_1(buf, pos, end)
+            append(item)
+    return DescribeConfigsResponseDescribeConfigsResult(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs), pos
+
+
+def _d_DescribeConfigsResponse_1(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 11)
+    if n < 0:
+        raise null_error('DescribeConfigsResponse.results', pos)
+    else:
+        f_results = []
+        append = f_results.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsResult_1(buf, pos, end)
+            append(item)
+    return DescribeConfigsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_DescribeConfigsResponseDescribeConfigsSynonym_1(out, o):
+    write_string(out, o.name)
+    write_nullable_string(out, o.value)
+    out += _S_b.pack(o.source)
+
+
+def _e_DescribeConfigsResponseDescribeConfigsResourceResult_1(out, o):
+    write_string(out, o.name)
+    write_nullable_string(out, o.value)
+    out += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
+    write_count(out, len(o.synonyms), False)
+    for item in o.synonyms:
+        _e_DescribeConfigsResponseDescribeConfigsSynonym_1(out, item)
+
+
+def _e_DescribeConfigsResponseDescribeConfigsResult_1(out, o):
+    out += _S_h.pack(o.error_code)
+    write_nullable_string(out, o.error_message)
+    out += _S_b.pack(o.resource_type)
+    write_string(out, o.resource_name)
+    write_count(out, len(o.configs), False)
+    for item in o.configs:
+        _e_DescribeConfigsResponseDescribeConfigsResourceResult_1(out, item)
+
+
+def _e_DescribeConfigsResponse_1(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.results), False)
+    for item in o.results:
+        _e_DescribeConfigsResponseDescribeConfigsResult_1(out, item)
+
+
+def _d_DescribeConfigsResponseDescribeConfigsResourceResult_3(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_value, pos = read_nullable_string(buf, pos, end)
+    f_read_only, f_config_source, f_is_sensitive = _S_obo.unpack_from(buf, pos)
+    pos += 3
+    n, pos = read_count(buf, pos, end, 5)
+    if n < 0:
+        raise null_error('DescribeConfigsResponseDescribeConfigsResourceResult.synonyms', pos)
+    else:
+        f_synonyms = []
+        append = f_synonyms.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsSynonym_1(buf, pos, end)
+            append(item)
+    f_config_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_documentation, pos = read_nullable_string(buf, pos, end)
+    return DescribeConfigsResponseDescribeConfigsResourceResult(name=f_name, value=f_value, read_only=f_read_only, config_source=f_config_source, is_sensitive=f_is_sensitive, synonyms=f_synonyms, config_type=f_config_type, documentation=f_documentation), pos
+
+
+def _d_DescribeConfigsResponseDescribeConfigsResult_3(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 14)
+    if n < 0:
+        raise null_error('DescribeConfigsResponseDescribeConfigsResult.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsResourceResult_3(buf, pos, end)
+            append(item)
+    return DescribeConfigsResponseDescribeConfigsResult(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs), pos
+
+
+def _d_DescribeConfigsResponse_3(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 11)
+    if n < 0:
+        raise null_error('DescribeConfigsResponse.results', pos)
+    else:
+        f_results = []
+        append = f_results.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsResult_3(buf, pos, end)
+            append(item)
+    return DescribeConfigsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_DescribeConfigsResponseDescribeConfigsResourceResult_3(out, o):
+    write_string(out, o.name)
+    write_nullable_string(out, o.value)
+    out += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
+    write_count(out, len(o.synonyms), False)
+    for item in o.synonyms:
+        _e_DescribeConfigsResponseDescribeConfigsSynonym_1(out, item)
+    out += _S_b.pack(o.config_type)
+    write_nullable_string(out, o.documentation)
+
+
+def _e_DescribeConfigsResponseDescribeConfigsResult_3(out, o):
+    out += _S_h.pack(o.error_code)
+    write_nullable_string(out, o.error_message)
+    out += _S_b.pack(o.resource_type)
+    write_string(out, o.resource_name)
+    write_count(out, len(o.configs), False)
+    for item in o.configs:
+        _e_DescribeConfigsResponseDescribeConfigsResourceResult_3(out, item)
+
+
+def _e_DescribeConfigsResponse_3(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.results), False)
+    for item in o.results:
+        _e_DescribeConfigsResponseDescribeConfigsResult_3(out, item)
+
+
+def _d_DescribeConfigsResponseDescribeConfigsSynonym_4(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_value, pos = read_nullable_compact_string(buf, pos, end)
+    f_source, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeConfigsResponseDescribeConfigsSynonym(name=f_name, value=f_value, source=f_source), pos
+
+
+def _d_DescribeConfigsResponseDescribeConfigsResourceResult_4(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_value, pos = read_nullable_compact_string(buf, pos, end)
+    f_read_only, f_config_source, f_is_sensitive = _S_obo.unpack_from(buf, pos)
+    pos += 3
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('DescribeConfigsResponseDescribeConfigsResourceResult.synonyms', pos)
+    else:
+        f_synonyms = []
+        append = f_synonyms.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsSynonym_4(buf, pos, end)
+            append(item)
+    f_config_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_documentation, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeConfigsResponseDescribeConfigsResourceResult(name=f_name, value=f_value, read_only=f_read_only, config_source=f_config_source, is_sensitive=f_is_sensitive, synonyms=f_synonyms, config_type=f_config_type, documentation=f_documentation), pos
+
+
+def _d_DescribeConfigsResponseDescribeConfigsResult_4(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 9)
+    if n < 0:
+        raise null_error('DescribeConfigsResponseDescribeConfigsResult.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsResourceResult_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeConfigsResponseDescribeConfigsResult(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs), pos
+
+
+def _d_DescribeConfigsResponse_4(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('DescribeConfigsResponse.results', pos)
+    else:
+        f_results = []
+        append = f_results.append
+        for _ in range(n):
+            item, pos = _d_DescribeConfigsResponseDescribeConfigsResult_4(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeConfigsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_DescribeConfigsResponseDescribeConfigsSynonym_4(out, o):
+    write_compact_string(out, o.name)
+    write_nullable_compact_string(out, o.value)
+    out += _S_b.pack(o.source)
+    out.append(0)
+
+
+def _e_DescribeConfigsResponseDescribeConfigsResourceResult_4(out, o):
+    write_compact_string(out, o.name)
+    write_nullable_compact_string(out, o.value)
+    out += _S_obo.pack(o.read_only, o.config_source, o.is_sensitive)
+    write_count(out, len(o.synonyms), True)
+    for item in o.synonyms:
+        _e_DescribeConfigsResponseDescribeConfigsSynonym_4(out, item)
+    out += _S_b.pack(o.config_type)
+    write_nullable_compact_string(out, o.documentation)
+    out.append(0)
+
+
+def _e_DescribeConfigsResponseDescribeConfigsResult_4(out, o):
+    out += _S_h.pack(o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out += _S_b.pack(o.resource_type)
+    write_compact_string(out, o.resource_name)
+    write_count(out, len(o.configs), True)
+    for item in o.configs:
+        _e_DescribeConfigsResponseDescribeConfigsResourceResult_4(out, item)
+    out.append(0)
+
+
+def _e_DescribeConfigsResponse_4(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.results), True)
+    for item in o.results:
+        _e_DescribeConfigsResponseDescribeConfigsResult_4(out, item)
+    out.append(0)
+
+
+def _d_AlterConfigsRequestAlterableConfig_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_value, pos = read_nullable_string(buf, pos, end)
+    return AlterConfigsRequestAlterableConfig(name=f_name, value=f_value), pos
+
+
+def _d_AlterConfigsRequestAlterConfigsResource_0(buf, pos, end):
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('AlterConfigsRequestAlterConfigsResource.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_AlterConfigsRequestAlterableConfig_0(buf, pos, end)
+            append(item)
+    return AlterConfigsRequestAlterConfigsResource(resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs), pos
+
+
+def _d_AlterConfigsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('AlterConfigsRequest.resources', pos)
+    else:
+        f_resources = []
+        append = f_resources.append
+        for _ in range(n):
+            item, pos = _d_AlterConfigsRequestAlterConfigsResource_0(buf, pos, end)
+            append(item)
+    f_validate_only, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    return AlterConfigsRequest(resources=f_resources, validate_only=f_validate_only), pos
+
+
+def _e_AlterConfigsRequestAlterConfigsResource_0(out, o):
+    out += _S_b.pack(o.resource_type)
+    write_string(out, o.resource_name)
+    write_count(out, len(o.configs), False)
+    for item in o.configs:
+        _e_CreateTopicsRequestCreatableTopicConfig_0(out, item)
+
+
+def _e_AlterConfigsRequest_0(out, o):
+    write_count(out, len(o.resources), False)
+    for item in o.resources:
+        _e_AlterConfigsRequestAlterConfigsResource_0(out, item)
+    out += _S_o.pack(o.validate_only)
+
+
+def _d_AlterConfigsRequestAlterableConfig_2(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_value, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return AlterConfigsRequestAlterableConfig(name=f_name, value=f_value), pos
+
+
+def _d_AlterConfigsRequestAlterConfigsResource_2(buf, pos, end):
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('AlterConfigsRequestAlterConfigsResource.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_AlterConfigsRequestAlterableConfig_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return AlterConfigsRequestAlterConfigsResource(resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs), pos
+
+
+def _d_AlterConfigsRequest_2(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('AlterConfigsRequest.resources', pos)
+    else:
+        f_resources = []
+        append = f_resources.append
+        for _ in range(n):
+            item, pos = _d_AlterConfigsRequestAlterConfigsResource_2(buf, pos, end)
+            append(item)
+    f_validate_only, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return AlterConfigsRequest(resources=f_resources, validate_only=f_validate_only), pos
+
+
+def _e_AlterConfigsRequestAlterConfigsResource_2(out, o):
+    out += _S_b.pack(o.resource_type)
+    write_compact_string(out, o.resource_name)
+    write_count(out, len(o.configs), True)
+    for item in o.configs:
+        _e_CreateTopicsRequestCreatableTopicConfig_5(out, item)
+    out.append(0)
+
+
+def _e_AlterConfigsRequest_2(out, o):
+    write_count(out, len(o.resources), True)
+    for item in o.resources:
+        _e_AlterConfigsRequestAlterConfigsResource_2(out, item)
+    out += _S_o.pack(o.validate_only)
+    out.append(0)
+
+
+def _d_AlterConfigsResponseAlterConfigsResourceResponse_0(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_string(buf, pos, end)
+    return AlterConfigsResponseAlterConfigsResourceResponse(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name), pos
+
+
+def _d_AlterConfigsResponse_0(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('AlterConfigsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_AlterConfigsResponseAlterConfigsResourceResponse_0(buf, pos, end)
+            append(item)
+    return AlterConfigsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses), pos
+
+
+def _e_AlterConfigsResponseAlterConfigsResourceResponse_0(out, o):
+    out += _S_h.pack(o.error_code)
+    write_nullable_string(out, o.error_message)
+    out += _S_b.pack(o.resource_type)
+    write_string(out, o.resource_name)
+
+
+def _e_AlterConfigsResponse_0(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.responses), False)
+    for item in o.responses:
+        _e_AlterConfigsResponseAlterConfigsResourceResponse_0(out, item)
+
+
+def _d_AlterConfigsResponseAlterConfigsResourceResponse_2(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return AlterConfigsResponseAlterConfigsResourceResponse(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name), pos
+
+
+def _d_AlterConfigsResponse_2(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('AlterConfigsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_AlterConfigsResponseAlterConfigsResourceResponse_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return AlterConfigsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses), pos
+
+
+def _e_AlterConfigsResponseAlterConfigsResourceResponse_2(out, o):
+    out += _S_h.pack(o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out += _S_b.pack(o.resource_type)
+    write_compact_string(out, o.resource_name)
+    out.append(0)
+
+
+def _e_AlterConfigsResponse_2(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.responses), True)
+    for item in o.responses:
+        _e_AlterConfigsResponseAlterConfigsResourceResponse_2(out, item)
+    out.append(0)
+
+
+def _d_CreatePartitionsRequestCreatePartitionsAssignment_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('CreatePartitionsRequestCreatePartitionsAssignment.broker_ids', pos)
+    else:
+        f_broker_ids, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    return CreatePartitionsRequestCreatePartitionsAssignment(broker_ids=f_broker_ids), pos
+
+
+def _d_CreatePartitionsRequestCreatePartitionsTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_count, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        f_assignments = None
+    else:
+        f_assignments = []
+        append = f_assignments.append
+        for _ in range(n):
+            item, pos = _d_CreatePartitionsRequestCreatePartitionsAssignment_0(buf, pos, end)
+            append(item)
+    return CreatePartitionsRequestCreatePartitionsTopic(name=f_name, count=f_count, assignments=f_assignments), pos
+
+
+def _d_CreatePartitionsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 10)
+    if n < 0:
+        raise null_error('CreatePartitionsRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreatePartitionsRequestCreatePartitionsTopic_0(buf, pos, end)
+            append(item)
+    f_timeout_ms, f_validate_only = _S_io.unpack_from(buf, pos)
+    pos += 5
+    return CreatePartitionsRequest(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only), pos
+
+
+def _e_CreatePartitionsRequestCreatePartitionsAssignment_0(out, o):
+    write_fixed_array(out, o.broker_ids, 'i', False)
+
+
+def _e_CreatePartitionsRequestCreatePartitionsTopic_0(out, o):
+    write_string(out, o.name)
+    out += _S_i.pack(o.count)
+    if o.assignments is None:
+        out += NULL_INT32
+    else:
+        write_count(out, len(o.assignments), False)
+        for item in o.assignments:
+            _e_CreatePartitionsRequestCreatePartitionsAssignment_0(out, item)
+
+
+def _e_CreatePartitionsRequest_0(out, o):
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_CreatePartitionsRequestCreatePartitionsTopic_0(out, item)
+    out += _S_io.pack(o.timeout_ms, o.validate_only)
+
+
+def _d_CreatePartitionsRequestCreatePartitionsAssignment_2(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('CreatePartitionsRequestCreatePartitionsAssignment.broker_ids', pos)
+    else:
+        f_broker_ids, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreatePartitionsRequestCreatePartitionsAssignment(broker_ids=f_broker_ids), pos
+
+
+def _d_CreatePartitionsRequestCreatePartitionsTopic_2(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_count, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 2)
+    if n < 0:
+        f_assignments = None
+    else:
+        f_assignments = []
+        append = f_assignments.append
+        for _ in range(n):
+            item, pos = _d_CreatePartitionsRequestCreatePartitionsAssignment_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreatePartitionsRequestCreatePartitionsTopic(name=f_name, count=f_count, assignments=f_assignments), pos
+
+
+def _d_CreatePartitionsRequest_2(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('CreatePartitionsRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_CreatePartitionsRequestCreatePartitionsTopic_2(buf, pos, end)
+            append(item)
+    f_timeout_ms, f_validate_only = _S_io.unpack_from(buf, pos)
+    pos += 5
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreatePartitionsRequest(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only), pos
+
+
+def _e_CreatePartitionsRequestCreatePartitionsAssignment_2(out, o):
+    write_fixed_array(out, o.broker_ids, 'i', True)
+    out.append(0)
+
+
+def _e_CreatePartitionsRequestCreatePartitionsTopic_2(out, o):
+    write_compact_string(out, o.name)
+    out += _S_i.pack(o.count)
+    if o.assignments is None:
+        out.append(0)
+    else:
+        write_count(out, len(o.assignments), True)
+        for item in o.assignments:
+            _e_CreatePartitionsRequestCreatePartitionsAssignment_2(out, item)
+    out.append(0)
+
+
+def _e_CreatePartitionsRequest_2(out, o):
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_CreatePartitionsRequestCreatePartitionsTopic_2(out, item)
+    out += _S_io.pack(o.timeout_ms, o.validate_only)
+    out.append(0)
+
+
+def _d_CreatePartitionsResponseCreatePartitionsTopicResult_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    return CreatePartitionsResponseCreatePartitionsTopicResult(name=f_name, error_code=f_error_code, error_message=f_error_message), pos
+
+
+def _d_CreatePartitionsResponse_0(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('CreatePartitionsResponse.results', pos)
+    else:
+        f_results = []
+        append = f_results.append
+        for _ in range(n):
+            item, pos = _d_CreatePartitionsResponseCreatePartitionsTopicResult_0(buf, pos, end)
+            append(item)
+    return CreatePartitionsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_CreatePartitionsResponse_0(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.results), False)
+    for item in o.results:
+        _e_CreateTopicsResponseCreatableTopicResult_1(out, item)
+
+
+def _d_CreatePartitionsResponseCreatePartitionsTopicResult_2(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreatePartitionsResponseCreatePartitionsTopicResult(name=f_name, error_code=f_error_code, error_message=f_error_message), pos
+
+
+def _d_CreatePartitionsResponse_2(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 5)
+    if n < 0:
+        raise null_error('CreatePartitionsResponse.results', pos)
+    else:
+        f_results = []
+        append = f_results.append
+        for _ in range(n):
+            item, pos = _d_CreatePartitionsResponseCreatePartitionsTopicResult_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return CreatePartitionsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_CreatePartitionsResponse_2(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.results), True)
+    for item in o.results:
+        _e_DeleteTopicsResponseDeletableTopicResult_5(out, item)
+    out.append(0)
+
+
+def _d_DeleteGroupsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 2)
+    if n < 0:
+        raise null_error('DeleteGroupsRequest.groups_names', pos)
+    else:
+        f_groups_names, pos = read_string_array(buf, pos, end, n, False)
+    return DeleteGroupsRequest(groups_names=f_groups_names), pos
+
+
+def _e_DeleteGroupsRequest_0(out, o):
+    write_string_array(out, o.groups_names, False)
+
+
+def _d_DeleteGroupsRequest_2(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 1)
+    if n < 0:
+        raise null_error('DeleteGroupsRequest.groups_names', pos)
+    else:
+        f_groups_names, pos = read_string_array(buf, pos, end, n, True)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteGroupsRequest(groups_names=f_groups_names), pos
+
+
+def _e_DeleteGroupsRequest_2(out, o):
+    write_string_array(out, o.groups_names, True)
+    out.append(0)
+
+
+def _d_DeleteGroupsResponseDeletableGroupResult_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    return DeleteGroupsResponseDeletableGroupResult(group_id=f_group_id, error_code=f_error_code), pos
+
+
+def _d_DeleteGroupsResponse_0(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('DeleteGroupsResponse.results', pos)
+    else:
+        f_results = []
+        append = f_results.append
+        for _ in range(n):
+            item, pos = _d_DeleteGroupsResponseDeletableGroupResult_0(buf, pos, end)
+            append(item)
+    return DeleteGroupsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_DeleteGroupsResponseDeletableGroupResult_0(out, o):
+    write_string(out, o.group_id)
+    out += _S_h.pack(o.error_code)
+
+
+def _e_DeleteGroupsResponse_0(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.results), False)
+    for item in o.results:
+        _e_DeleteGroupsResponseDeletableGroupResult_0(out, item)
+
+
+def _d_DeleteGroupsResponseDeletableGroupResult_2(buf, pos, end):
+    f_group_id, pos = read_compact_string(buf, pos, end)
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteGroupsResponseDeletableGroupResult(group_id=f_group_id, error_code=f_error_code), pos
+
+
+def _d_DeleteGroupsResponse_2(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('DeleteGroupsResponse.results', pos)
+    else:
+        f_results = []
+        append = f_results.append
+        for _ in range(n):
+            item, pos = _d_DeleteGroupsResponseDeletableGroupResult_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DeleteGroupsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_DeleteGroupsResponseDeletableGroupResult_2(out, o):
+    write_compact_string(out, o.group_id)
+    out += _S_h.pack(o.error_code)
+    out.append(0)
+
+
+def _e_DeleteGroupsResponse_2(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.results), True)
+    for item in o.results:
+        _e_DeleteGroupsResponseDeletableGroupResult_2(out, item)
+    out.append(0)
+
+
+def _d_ElectLeadersRequestTopicPartitions_0(buf, pos, end):
+    f_topic, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('ElectLeadersRequestTopicPartitions.partitions', pos)
+    else:
+        f_partitions, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    return ElectLeadersRequestTopicPartitions(topic=f_topic, partitions=f_partitions), pos
+
+
+def _d_ElectLeadersRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        f_topic_partitions = None
+    else:
+        f_topic_partitions = []
+        append = f_topic_partitions.append
+        for _ in range(n):
+            item, pos = _d_ElectLeadersRequestTopicPartitions_0(buf, pos, end)
+            append(item)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return ElectLeadersRequest(topic_partitions=f_topic_partitions, timeout_ms=f_timeout_ms), pos
+
+
+def _e_ElectLeadersRequest_0(out, o):
+    if o.topic_partitions is None:
+        out += NULL_INT32
+    else:
+        write_count(out, len(o.topic_partitions), False)
+        for item in o.topic_partitions:
+            _e_FetchRequestForgottenTopic_7(out, item)
+    out += _S_i.pack(o.timeout_ms)
+
+
+def _d_ElectLeadersRequest_1(buf, pos, end):
+    f_election_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        f_topic_partitions = None
+    else:
+        f_topic_partitions = []
+        append = f_topic_partitions.append
+        for _ in range(n):
+            item, pos = _d_ElectLeadersRequestTopicPartitions_0(buf, pos, end)
+            append(item)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return ElectLeadersRequest(election_type=f_election_type, topic_partitions=f_topic_partitions, timeout_ms=f_timeout_ms), pos
+
+
+def _e_ElectLeadersRequest_1(out, o):
+    out += _S_b.pack(o.election_type)
+    if o.topic_partitions is None:
+        out += NULL_INT32
+    else:
+        write_count(out, len(o.topic_partitions), False)
+        for item in o.topic_partitions:
+            _e_FetchRequestForgottenTopic_7(out, item)
+    out += _S_i.pack(o.timeout_ms)
+
+
+def _d_ElectLeadersRequestTopicPartitions_2(buf, pos, end):
+    f_topic, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('ElectLeadersRequestTopicPartitions.partitions', pos)
+    else:
+        f_partitions, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ElectLeadersRequestTopicPartitions(topic=f_topic, partitions=f_partitions), pos
+
+
+def _d_ElectLeadersRequest_2(buf, pos, end):
+    f_election_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        f_topic_partitions = None
+    else:
+        f_topic_partitions = []
+        append = f_topic_partitions.append
+        for _ in range(n):
+            item, pos = _d_ElectLeadersRequestTopicPartitions_2(buf, pos, end)
+            append(item)
+    f_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ElectLeadersRequest(election_type=f_election_type, topic_partitions=f_topic_partitions, timeout_ms=f_timeout_ms), pos
+
+
+def _e_ElectLeadersRequest_2(out, o):
+    out += _S_b.pack(o.election_type)
+    if o.topic_partitions is None:
+        out.append(0)
+    else:
+        write_count(out, len(o.topic_partitions), True)
+        for item in o.topic_partitions:
+            _e_FetchRequestForgottenTopic_12(out, item)
+    out += _S_i.pack(o.timeout_ms)
+    out.append(0)
+
+
+def _d_ElectLeadersResponsePartitionResult_0(buf, pos, end):
+    f_partition_id, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    return ElectLeadersResponsePartitionResult(partition_id=f_partition_id, error_code=f_error_code, error_message=f_error_message), pos
+
+
+def _d_ElectLeadersResponseReplicaElectionResult_0(buf, pos, end):
+    f_topic, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 8)
+    if n < 0:
+        raise null_error('ElectLeadersResponseReplicaElectionResult.partition_result', pos)
+    else:
+        f_partition_result = []
+        append = f_partition_result.append
+        for _ in range(n):
+            item, pos = _d_ElectLeadersResponsePartitionResult_0(buf, pos, end)
+            append(item)
+    return ElectLeadersResponseReplicaElectionResult(topic=f_topic, partition_result=f_partition_result), pos
+
+
+def _d_ElectLeadersResponse_0(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('ElectLeadersResponse.replica_election_results', pos)
+    else:
+        f_replica_election_results = []
+        append = f_replica_election_results.append
+        for _ in range(n):
+            item, pos = _d_ElectLeadersResponseReplicaElectionResult_0(buf, pos, end)
+            append(item)
+    return ElectLeadersResponse(throttle_time_ms=f_throttle_time_ms, replica_election_results=f_replica_election_results), pos
+
+
+def _e_ElectLeadersResponsePartitionResult_0(out, o):
+    out += _S_ih.pack(o.partition_id, o.error_code)
+    write_nullable_string(out, o.error_message)
+
+
+def _e_ElectLeadersResponseReplicaElectionResult_0(out, o):
+    write_string(out, o.topic)
+    write_count(out, len(o.partition_result), False)
+    for item in o.partition_result:
+        _e_ElectLeadersResponsePartitionResult_0(out, item)
+
+
+def _e_ElectLeadersResponse_0(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.replica_election_results), False)
+    for item in o.replica_election_results:
+        _e_ElectLeadersResponseReplicaElectionResult_0(out, item)
+
+
+def _d_ElectLeadersResponse_1(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('ElectLeadersResponse.replica_election_results', pos)
+    else:
+        f_replica_election_results = []
+        append = f_replica_election_results.append
+        for _ in range(n):
+            item, pos = _d_ElectLeadersResponseReplicaElectionResult_0(buf, pos, end)
+            append(item)
+    return ElectLeadersResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, replica_election_results=f_replica_election_results), pos
+
+
+def _e_ElectLeadersResponse_1(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_count(out, len(o.replica_election_results), False)
+    for item in o.replica_election_results:
+        _e_ElectLeadersResponseReplicaElectionResult_0(out, item)
+
+
+def _d_ElectLeadersResponsePartitionResult_2(buf, pos, end):
+    f_partition_id, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ElectLeadersResponsePartitionResult(partition_id=f_partition_id, error_code=f_error_code, error_message=f_error_message), pos
+
+
+def _d_ElectLeadersResponseReplicaElectionResult_2(buf, pos, end):
+    f_topic, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 8)
+    if n < 0:
+        raise null_error('ElectLeadersResponseReplicaElectionResult.partition_result', pos)
+    else:
+        f_partition_result = []
+        append = f_partition_result.append
+        for _ in range(n):
+            item, pos = _d_ElectLeadersResponsePartitionResult_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ElectLeadersResponseReplicaElectionResult(topic=f_topic, partition_result=f_partition_result), pos
+
+
+def _d_ElectLeadersResponse_2(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('ElectLeadersResponse.replica_election_results', pos)
+    else:
+        f_replica_election_results = []
+        append = f_replica_election_results.append
+        for _ in range(n):
+            item, pos = _d_ElectLeadersResponseReplicaElectionResult_2(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return ElectLeadersResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, replica_election_results=f_replica_election_results), pos
+
+
+def _e_ElectLeadersResponsePartitionResult_2(out, o):
+    out += _S_ih.pack(o.partition_id, o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out.append(0)
+
+
+def _e_ElectLeadersResponseReplicaElectionResult_2(out, o):
+    write_compact_string(out, o.topic)
+    write_count(out, len(o.partition_result), True)
+    for item in o.partition_result:
+        _e_ElectLeadersResponsePartitionResult_2(out, item)
+    out.append(0)
+
+
+def _e_ElectLeadersResponse_2(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_count(out, len(o.replica_election_results), True)
+    for item in o.replica_election_results:
+        _e_ElectLeadersResponseReplicaElectionResult_2(out, item)
+    out.append(0)
+
+
+def _d_IncrementalAlterConfigsRequestAlterableConfig_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    f_config_operation, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_value, pos = read_nullable_string(buf, pos, end)
+    return IncrementalAlterConfigsRequestAlterableConfig(name=f_name, config_operation=f_config_operation, value=f_value), pos
+
+
+def _d_IncrementalAlterConfigsRequestAlterConfigsResource_0(buf, pos, end):
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 5)
+    if n < 0:
+        raise null_error('IncrementalAlterConfigsRequestAlterConfigsResource.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_IncrementalAlterConfigsRequestAlterableConfig_0(buf, pos, end)
+            append(item)
+    return IncrementalAlterConfigsRequestAlterConfigsResource(resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs), pos
+
+
+def _d_IncrementalAlterConfigsRequest_0(buf, pos, end):
+    n, pos = read_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('IncrementalAlterConfigsRequest.resources', pos)
+    else:
+        f_resources = []
+        append = f_resources.append
+        for _ in range(n):
+            item, pos = _d_IncrementalAlterConfigsRequestAlterConfigsResource_0(buf, pos, end)
+            append(item)
+    f_validate_only, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    return IncrementalAlterConfigsRequest(resources=f_resources, validate_only=f_validate_only), pos
+
+
+def _e_IncrementalAlterConfigsRequestAlterableConfig_0(out, o):
+    write_string(out, o.name)
+    out += _S_b.pack(o.config_operation)
+    write_nullable_string(out, o.value)
+
+
+def _e_IncrementalAlterConfigsRequestAlterConfigsResource_0(out, o):
+    out += _S_b.pack(o.resource_type)
+    write_string(out, o.resource_name)
+    write_count(out, len(o.configs), False)
+    for item in o.configs:
+        _e_IncrementalAlterConfigsRequestAlterableConfig_0(out, item)
+
+
+def _e_IncrementalAlterConfigsRequest_0(out, o):
+    write_count(out, len(o.resources), False)
+    for item in o.resources:
+        _e_IncrementalAlterConfigsRequestAlterConfigsResource_0(out, item)
+    out += _S_o.pack(o.validate_only)
+
+
+def _d_IncrementalAlterConfigsRequestAlterableConfig_1(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    f_config_operation, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_value, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return IncrementalAlterConfigsRequestAlterableConfig(name=f_name, config_operation=f_config_operation, value=f_value), pos
+
+
+def _d_IncrementalAlterConfigsRequestAlterConfigsResource_1(buf, pos, end):
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('IncrementalAlterConfigsRequestAlterConfigsResource.configs', pos)
+    else:
+        f_configs = []
+        append = f_configs.append
+        for _ in range(n):
+            item, pos = _d_IncrementalAlterConfigsRequestAlterableConfig_1(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return IncrementalAlterConfigsRequestAlterConfigsResource(resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs), pos
+
+
+def _d_IncrementalAlterConfigsRequest_1(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('IncrementalAlterConfigsRequest.resources', pos)
+    else:
+        f_resources = []
+        append = f_resources.append
+        for _ in range(n):
+            item, pos = _d_IncrementalAlterConfigsRequestAlterConfigsResource_1(buf, pos, end)
+            append(item)
+    f_validate_only, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return IncrementalAlterConfigsRequest(resources=f_resources, validate_only=f_validate_only), pos
+
+
+def _e_IncrementalAlterConfigsRequestAlterableConfig_1(out, o):
+    write_compact_string(out, o.name)
+    out += _S_b.pack(o.config_operation)
+    write_nullable_compact_string(out, o.value)
+    out.append(0)
+
+
+def _e_IncrementalAlterConfigsRequestAlterConfigsResource_1(out, o):
+    out += _S_b.pack(o.resource_type)
+    write_compact_string(out, o.resource_name)
+    write_count(out, len(o.configs), True)
+    for item in o.configs:
+        _e_IncrementalAlterConfigsRequestAlterableConfig_1(out, item)
+    out.append(0)
+
+
+def _e_IncrementalAlterConfigsRequest_1(out, o):
+    write_count(out, len(o.resources), True)
+    for item in o.resources:
+        _e_IncrementalAlterConfigsRequestAlterConfigsResource_1(out, item)
+    out += _S_o.pack(o.validate_only)
+    out.append(0)
+
+
+def _d_IncrementalAlterConfigsResponseAlterConfigsResourceResponse_0(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_string(buf, pos, end)
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_string(buf, pos, end)
+    return IncrementalAlterConfigsResponseAlterConfigsResourceResponse(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name), pos
+
+
+def _d_IncrementalAlterConfigsResponse_0(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_count(buf, pos, end, 7)
+    if n < 0:
+        raise null_error('IncrementalAlterConfigsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_IncrementalAlterConfigsResponseAlterConfigsResourceResponse_0(buf, pos, end)
+            append(item)
+    return IncrementalAlterConfigsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses), pos
+
+
+def _d_IncrementalAlterConfigsResponseAlterConfigsResourceResponse_1(buf, pos, end):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    f_resource_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_resource_name, pos = read_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return IncrementalAlterConfigsResponseAlterConfigsResourceResponse(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name), pos
+
+
+def _d_IncrementalAlterConfigsResponse_1(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('IncrementalAlterConfigsResponse.responses', pos)
+    else:
+        f_responses = []
+        append = f_responses.append
+        for _ in range(n):
+            item, pos = _d_IncrementalAlterConfigsResponseAlterConfigsResourceResponse_1(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return IncrementalAlterConfigsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses), pos
+
+
+def _d_OffsetDeleteRequestPartition_0(buf, pos, end):
+    f_partition_index, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    return OffsetDeleteRequestPartition(partition_index=f_partition_index), pos
+
+
+def _d_OffsetDeleteRequestTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('OffsetDeleteRequestTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetDeleteRequestPartition_0(buf, pos, end)
+            append(item)
+    return OffsetDeleteRequestTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetDeleteRequest_0(buf, pos, end):
+    f_group_id, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetDeleteRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetDeleteRequestTopic_0(buf, pos, end)
+            append(item)
+    return OffsetDeleteRequest(group_id=f_group_id, topics=f_topics), pos
+
+
+def _e_OffsetDeleteRequestPartition_0(out, o):
+    out += _S_i.pack(o.partition_index)
+
+
+def _e_OffsetDeleteRequestTopic_0(out, o):
+    write_string(out, o.name)
+    write_count(out, len(o.partitions), False)
+    for item in o.partitions:
+        _e_OffsetDeleteRequestPartition_0(out, item)
+
+
+def _e_OffsetDeleteRequest_0(out, o):
+    write_string(out, o.group_id)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetDeleteRequestTopic_0(out, item)
+
+
+def _d_OffsetDeleteResponsePartition_0(buf, pos, end):
+    f_partition_index, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    return OffsetDeleteResponsePartition(partition_index=f_partition_index, error_code=f_error_code), pos
+
+
+def _d_OffsetDeleteResponseTopic_0(buf, pos, end):
+    f_name, pos = read_string(buf, pos, end)
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetDeleteResponseTopic.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_OffsetDeleteResponsePartition_0(buf, pos, end)
+            append(item)
+    return OffsetDeleteResponseTopic(name=f_name, partitions=f_partitions), pos
+
+
+def _d_OffsetDeleteResponse_0(buf, pos, end):
+    f_error_code, f_throttle_time_ms = _S_hi.unpack_from(buf, pos)
+    pos += 6
+    n, pos = read_count(buf, pos, end, 6)
+    if n < 0:
+        raise null_error('OffsetDeleteResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_OffsetDeleteResponseTopic_0(buf, pos, end)
+            append(item)
+    return OffsetDeleteResponse(error_code=f_error_code, throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_OffsetDeleteResponse_0(out, o):
+    out += _S_hi.pack(o.error_code, o.throttle_time_ms)
+    write_count(out, len(o.topics), False)
+    for item in o.topics:
+        _e_OffsetCommitResponseTopic_0(out, item)
+
+
+def _d_DescribeClusterRequest_0(buf, pos, end):
+    f_include_cluster_authorized_operations, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeClusterRequest(include_cluster_authorized_operations=f_include_cluster_authorized_operations), pos
+
+
+def _e_DescribeClusterRequest_0(out, o):
+    out += _S_o.pack(o.include_cluster_authorized_operations)
+    out.append(0)
+
+
+def _d_DescribeClusterRequest_1(buf, pos, end):
+    f_include_cluster_authorized_operations, f_endpoint_type = _S_ob.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeClusterRequest(include_cluster_authorized_operations=f_include_cluster_authorized_operations, endpoint_type=f_endpoint_type), pos
+
+
+def _e_DescribeClusterRequest_1(out, o):
+    out += _S_ob.pack(o.include_cluster_authorized_operations, o.endpoint_type)
+    out.append(0)
+
+
+def _d_DescribeClusterResponseDescribeClusterBroker_0(buf, pos, end):
+    f_broker_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_host, pos = read_compact_string(buf, pos, end)
+    f_port, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_rack, pos = read_nullable_compact_string(buf, pos, end)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeClusterResponseDescribeClusterBroker(broker_id=f_broker_id, host=f_host, port=f_port, rack=f_rack), pos
+
+
+def _d_DescribeClusterResponse_0(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    f_cluster_id, pos = read_compact_string(buf, pos, end)
+    f_controller_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 11)
+    if n < 0:
+        raise null_error('DescribeClusterResponse.brokers', pos)
+    else:
+        f_brokers = []
+        append = f_brokers.append
+        for _ in range(n):
+            item, pos = _d_DescribeClusterResponseDescribeClusterBroker_0(buf, pos, end)
+            append(item)
+    f_cluster_authorized_operations, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeClusterResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, cluster_id=f_cluster_id, controller_id=f_controller_id, brokers=f_brokers, cluster_authorized_operations=f_cluster_authorized_operations), pos
+
+
+def _e_DescribeClusterResponseDescribeClusterBroker_0(out, o):
+    out += _S_i.pack(o.broker_id)
+    write_compact_string(out, o.host)
+    out += _S_i.pack(o.port)
+    write_nullable_compact_string(out, o.rack)
+    out.append(0)
+
+
+def _e_DescribeClusterResponse_0(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    write_compact_string(out, o.cluster_id)
+    out += _S_i.pack(o.controller_id)
+    write_count(out, len(o.brokers), True)
+    for item in o.brokers:
+        _e_DescribeClusterResponseDescribeClusterBroker_0(out, item)
+    out += _S_i.pack(o.cluster_authorized_operations)
+    out.append(0)
+
+
+def _d_DescribeClusterResponse_1(buf, pos, end):
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    f_endpoint_type, = _S_b.unpack_from(buf, pos)
+    pos += 1
+    f_cluster_id, pos = read_compact_string(buf, pos, end)
+    f_controller_id, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 11)
+    if n < 0:
+        raise null_error('DescribeClusterResponse.brokers', pos)
+    else:
+        f_brokers = []
+        append = f_brokers.append
+        for _ in range(n):
+            item, pos = _d_DescribeClusterResponseDescribeClusterBroker_0(buf, pos, end)
+            append(item)
+    f_cluster_authorized_operations, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeClusterResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, endpoint_type=f_endpoint_type, cluster_id=f_cluster_id, controller_id=f_controller_id, brokers=f_brokers, cluster_authorized_operations=f_cluster_authorized_operations), pos
+
+
+def _e_DescribeClusterResponse_1(out, o):
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    out += _S_b.pack(o.endpoint_type)
+    write_compact_string(out, o.cluster_id)
+    out += _S_i.pack(o.controller_id)
+    write_count(out, len(o.brokers), True)
+    for item in o.brokers:
+        _e_DescribeClusterResponseDescribeClusterBroker_0(out, item)
+    out += _S_i.pack(o.cluster_authorized_operations)
+    out.append(0)
+
+
+def _d_DescribeProducersRequestTopicRequest_0(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 4)
+    if n < 0:
+        raise null_error('DescribeProducersRequestTopicRequest.partition_indexes', pos)
+    else:
+        f_partition_indexes, pos = read_fixed_array(buf, pos, end, n, 'i', 4)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeProducersRequestTopicRequest(name=f_name, partition_indexes=f_partition_indexes), pos
+
+
+def _d_DescribeProducersRequest_0(buf, pos, end):
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('DescribeProducersRequest.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_DescribeProducersRequestTopicRequest_0(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeProducersRequest(topics=f_topics), pos
+
+
+def _e_DescribeProducersRequest_0(out, o):
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_OffsetFetchRequestTopic_6(out, item)
+    out.append(0)
+
+
+def _d_DescribeProducersResponseProducerState_0(buf, pos, end):
+    f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset = _S_qiiqiq.unpack_from(buf, pos)
+    pos += 36
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeProducersResponseProducerState(producer_id=f_producer_id, producer_epoch=f_producer_epoch, last_sequence=f_last_sequence, last_timestamp=f_last_timestamp, coordinator_epoch=f_coordinator_epoch, current_txn_start_offset=f_current_txn_start_offset), pos
+
+
+def _d_DescribeProducersResponsePartitionResponse_0(buf, pos, end):
+    f_partition_index, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_nullable_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 37)
+    if n < 0:
+        raise null_error('DescribeProducersResponsePartitionResponse.active_producers', pos)
+    else:
+        f_active_producers = []
+        append = f_active_producers.append
+        for _ in range(n):
+            item, pos = _d_DescribeProducersResponseProducerState_0(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeProducersResponsePartitionResponse(partition_index=f_partition_index, error_code=f_error_code, error_message=f_error_message, active_producers=f_active_producers), pos
+
+
+def _d_DescribeProducersResponseTopicResponse_0(buf, pos, end):
+    f_name, pos = read_compact_string(buf, pos, end)
+    n, pos = read_compact_count(buf, pos, end, 9)
+    if n < 0:
+        raise null_error('DescribeProducersResponseTopicResponse.partitions', pos)
+    else:
+        f_partitions = []
+        append = f_partitions.append
+        for _ in range(n):
+            item, pos = _d_DescribeProducersResponsePartitionResponse_0(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeProducersResponseTopicResponse(name=f_name, partitions=f_partitions), pos
+
+
+def _d_DescribeProducersResponse_0(buf, pos, end):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_compact_count(buf, pos, end, 3)
+    if n < 0:
+        raise null_error('DescribeProducersResponse.topics', pos)
+    else:
+        f_topics = []
+        append = f_topics.append
+        for _ in range(n):
+            item, pos = _d_DescribeProducersResponseTopicResponse_0(buf, pos, end)
+            append(item)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = skip_tagged_fields(buf, pos, end)
+    return DescribeProducersResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics), pos
+
+
+def _e_DescribeProducersResponseProducerState_0(out, o):
+    out += _S_qiiqiq.pack(o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset)
+    out.append(0)
+
+
+def _e_DescribeProducersResponsePartitionResponse_0(out, o):
+    out += _S_ih.pack(o.partition_index, o.error_code)
+    write_nullable_compact_string(out, o.error_message)
+    write_count(out, len(o.active_producers), True)
+    for item in o.active_producers:
+        _e_DescribeProducersResponseProducerState_0(out, item)
+    out.append(0)
+
+
+def _e_DescribeProducersResponseTopicResponse_0(out, o):
+    write_compact_string(out, o.name)
+    write_count(out, len(o.partitions), True)
+    for item in o.partitions:
+        _e_DescribeProducersResponsePartitionResponse_0(out, item)
+    out.append(0)
+
+
+def _e_DescribeProducersResponse_0(out, o):
+    out += _S_i.pack(o.throttle_time_ms)
+    write_count(out, len(o.topics), True)
+    for item in o.topics:
+        _e_DescribeProducersResponseTopicResponse_0(out, item)
+    out.append(0)
+
+
 API_NAMES: dict[int, str] = {
     0: 'Produce',
     1: 'Fetch',
     2: 'ListOffsets',
     3: 'Metadata',
+    8: 'OffsetCommit',
+    9: 'OffsetFetch',
+    10: 'FindCoordinator',
+    11: 'JoinGroup',
+    12: 'Heartbeat',
+    13: 'LeaveGroup',
+    14: 'SyncGroup',
+    15: 'DescribeGroups',
+    16: 'ListGroups',
     18: 'ApiVersions',
+    19: 'CreateTopics',
+    20: 'DeleteTopics',
+    21: 'DeleteRecords',
     22: 'InitProducerId',
     23: 'OffsetForLeaderEpoch',
+    32: 'DescribeConfigs',
+    33: 'AlterConfigs',
+    37: 'CreatePartitions',
+    42: 'DeleteGroups',
+    43: 'ElectLeaders',
+    44: 'IncrementalAlterConfigs',
+    47: 'OffsetDelete',
+    60: 'DescribeCluster',
+    61: 'DescribeProducers',
 }
 VALID_VERSIONS: dict[int, tuple[int, int]] = {
     0: (3, 10),
     1: (4, 16),
     2: (0, 7),
     3: (0, 13),
+    8: (0, 8),
+    9: (0, 8),
+    10: (0, 4),
+    11: (0, 7),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+    15: (0, 5),
+    16: (0, 4),
     18: (0, 4),
+    19: (0, 7),
+    20: (0, 6),
+    21: (0, 2),
     22: (0, 4),
     23: (2, 4),
+    32: (0, 4),
+    33: (0, 2),
+    37: (0, 3),
+    42: (0, 2),
+    43: (0, 2),
+    44: (0, 1),
+    47: (0, 0),
+    60: (0, 1),
+    61: (0, 0),
 }
 # the first flexible version of each API (None: no flexible version in the range)
 FLEXIBLE_MIN_VERSION: dict[int, int | None] = {
@@ -4451,27 +10826,90 @@ FLEXIBLE_MIN_VERSION: dict[int, int | None] = {
     1: 12,
     2: 6,
     3: 9,
+    8: 8,
+    9: 6,
+    10: 3,
+    11: 6,
+    12: 4,
+    13: 4,
+    14: 4,
+    15: 5,
+    16: 3,
     18: 3,
+    19: 5,
+    20: 4,
+    21: 2,
     22: 2,
     23: 4,
+    32: 4,
+    33: 2,
+    37: 2,
+    42: 2,
+    43: 2,
+    44: 1,
+    47: None,
+    60: 0,
+    61: 0,
 }
 REQUEST_CLASSES: dict[int, type] = {
     0: ProduceRequest,
     1: FetchRequest,
     2: ListOffsetsRequest,
     3: MetadataRequest,
+    8: OffsetCommitRequest,
+    9: OffsetFetchRequest,
+    10: FindCoordinatorRequest,
+    11: JoinGroupRequest,
+    12: HeartbeatRequest,
+    13: LeaveGroupRequest,
+    14: SyncGroupRequest,
+    15: DescribeGroupsRequest,
+    16: ListGroupsRequest,
     18: ApiVersionsRequest,
+    19: CreateTopicsRequest,
+    20: DeleteTopicsRequest,
+    21: DeleteRecordsRequest,
     22: InitProducerIdRequest,
     23: OffsetForLeaderEpochRequest,
+    32: DescribeConfigsRequest,
+    33: AlterConfigsRequest,
+    37: CreatePartitionsRequest,
+    42: DeleteGroupsRequest,
+    43: ElectLeadersRequest,
+    44: IncrementalAlterConfigsRequest,
+    47: OffsetDeleteRequest,
+    60: DescribeClusterRequest,
+    61: DescribeProducersRequest,
 }
 RESPONSE_CLASSES: dict[int, type] = {
     0: ProduceResponse,
     1: FetchResponse,
     2: ListOffsetsResponse,
     3: MetadataResponse,
+    8: OffsetCommitResponse,
+    9: OffsetFetchResponse,
+    10: FindCoordinatorResponse,
+    11: JoinGroupResponse,
+    12: HeartbeatResponse,
+    13: LeaveGroupResponse,
+    14: SyncGroupResponse,
+    15: DescribeGroupsResponse,
+    16: ListGroupsResponse,
     18: ApiVersionsResponse,
+    19: CreateTopicsResponse,
+    20: DeleteTopicsResponse,
+    21: DeleteRecordsResponse,
     22: InitProducerIdResponse,
     23: OffsetForLeaderEpochResponse,
+    32: DescribeConfigsResponse,
+    33: AlterConfigsResponse,
+    37: CreatePartitionsResponse,
+    42: DeleteGroupsResponse,
+    43: ElectLeadersResponse,
+    44: IncrementalAlterConfigsResponse,
+    47: OffsetDeleteResponse,
+    60: DescribeClusterResponse,
+    61: DescribeProducersResponse,
 }
 
 # api key -> functions indexed by version (None below the lowest valid version)
@@ -4534,12 +10972,113 @@ REQUEST_DECODERS: dict[int, tuple] = {
         _d_MetadataRequest_11,
         _d_MetadataRequest_11,
     ),
+    8: (
+        _d_OffsetCommitRequest_0,
+        _d_OffsetCommitRequest_1,
+        _d_OffsetCommitRequest_2,
+        _d_OffsetCommitRequest_2,
+        _d_OffsetCommitRequest_2,
+        _d_OffsetCommitRequest_5,
+        _d_OffsetCommitRequest_6,
+        _d_OffsetCommitRequest_7,
+        _d_OffsetCommitRequest_8,
+    ),
+    9: (
+        _d_OffsetFetchRequest_0,
+        _d_OffsetFetchRequest_0,
+        _d_OffsetFetchRequest_2,
+        _d_OffsetFetchRequest_2,
+        _d_OffsetFetchRequest_2,
+        _d_OffsetFetchRequest_2,
+        _d_OffsetFetchRequest_6,
+        _d_OffsetFetchRequest_7,
+        _d_OffsetFetchRequest_8,
+    ),
+    10: (
+        _d_FindCoordinatorRequest_0,
+        _d_FindCoordinatorRequest_1,
+        _d_FindCoordinatorRequest_1,
+        _d_FindCoordinatorRequest_3,
+        _d_FindCoordinatorRequest_4,
+    ),
+    11: (
+        _d_JoinGroupRequest_0,
+        _d_JoinGroupRequest_1,
+        _d_JoinGroupRequest_1,
+        _d_JoinGroupRequest_1,
+        _d_JoinGroupRequest_1,
+        _d_JoinGroupRequest_5,
+        _d_JoinGroupRequest_6,
+        _d_JoinGroupRequest_6,
+    ),
+    12: (
+        _d_HeartbeatRequest_0,
+        _d_HeartbeatRequest_0,
+        _d_HeartbeatRequest_0,
+        _d_HeartbeatRequest_3,
+        _d_HeartbeatRequest_4,
+    ),
+    13: (
+        _d_LeaveGroupRequest_0,
+        _d_LeaveGroupRequest_0,
+        _d_LeaveGroupRequest_0,
+        _d_LeaveGroupRequest_3,
+        _d_LeaveGroupRequest_4,
+        _d_LeaveGroupRequest_5,
+    ),
+    14: (
+        _d_SyncGroupRequest_0,
+        _d_SyncGroupRequest_0,
+        _d_SyncGroupRequest_0,
+        _d_SyncGroupRequest_3,
+        _d_SyncGroupRequest_4,
+        _d_SyncGroupRequest_5,
+    ),
+    15: (
+        _d_DescribeGroupsRequest_0,
+        _d_DescribeGroupsRequest_0,
+        _d_DescribeGroupsRequest_0,
+        _d_DescribeGroupsRequest_3,
+        _d_DescribeGroupsRequest_3,
+        _d_DescribeGroupsRequest_5,
+    ),
+    16: (
+        _d_ListGroupsRequest_0,
+        _d_ListGroupsRequest_0,
+        _d_ListGroupsRequest_0,
+        _d_ListGroupsRequest_3,
+        _d_ListGroupsRequest_4,
+    ),
     18: (
         _d_ApiVersionsRequest_0,
         _d_ApiVersionsRequest_0,
         _d_ApiVersionsRequest_0,
         _d_ApiVersionsRequest_3,
         _d_ApiVersionsRequest_3,
+    ),
+    19: (
+        _d_CreateTopicsRequest_0,
+        _d_CreateTopicsRequest_1,
+        _d_CreateTopicsRequest_1,
+        _d_CreateTopicsRequest_1,
+        _d_CreateTopicsRequest_1,
+        _d_CreateTopicsRequest_5,
+        _d_CreateTopicsRequest_5,
+        _d_CreateTopicsRequest_5,
+    ),
+    20: (
+        _d_DeleteTopicsRequest_0,
+        _d_DeleteTopicsRequest_0,
+        _d_DeleteTopicsRequest_0,
+        _d_DeleteTopicsRequest_0,
+        _d_DeleteTopicsRequest_4,
+        _d_DeleteTopicsRequest_4,
+        _d_DeleteTopicsRequest_6,
+    ),
+    21: (
+        _d_DeleteRecordsRequest_0,
+        _d_DeleteRecordsRequest_0,
+        _d_DeleteRecordsRequest_2,
     ),
     22: (
         _d_InitProducerIdRequest_0,
@@ -4554,6 +11093,48 @@ REQUEST_DECODERS: dict[int, tuple] = {
         _d_OffsetForLeaderEpochRequest_2,
         _d_OffsetForLeaderEpochRequest_3,
         _d_OffsetForLeaderEpochRequest_4,
+    ),
+    32: (
+        _d_DescribeConfigsRequest_0,
+        _d_DescribeConfigsRequest_1,
+        _d_DescribeConfigsRequest_1,
+        _d_DescribeConfigsRequest_3,
+        _d_DescribeConfigsRequest_4,
+    ),
+    33: (
+        _d_AlterConfigsRequest_0,
+        _d_AlterConfigsRequest_0,
+        _d_AlterConfigsRequest_2,
+    ),
+    37: (
+        _d_CreatePartitionsRequest_0,
+        _d_CreatePartitionsRequest_0,
+        _d_CreatePartitionsRequest_2,
+        _d_CreatePartitionsRequest_2,
+    ),
+    42: (
+        _d_DeleteGroupsRequest_0,
+        _d_DeleteGroupsRequest_0,
+        _d_DeleteGroupsRequest_2,
+    ),
+    43: (
+        _d_ElectLeadersRequest_0,
+        _d_ElectLeadersRequest_1,
+        _d_ElectLeadersRequest_2,
+    ),
+    44: (
+        _d_IncrementalAlterConfigsRequest_0,
+        _d_IncrementalAlterConfigsRequest_1,
+    ),
+    47: (
+        _d_OffsetDeleteRequest_0,
+    ),
+    60: (
+        _d_DescribeClusterRequest_0,
+        _d_DescribeClusterRequest_1,
+    ),
+    61: (
+        _d_DescribeProducersRequest_0,
     ),
 }
 
@@ -4617,12 +11198,113 @@ REQUEST_ENCODERS: dict[int, tuple] = {
         _e_MetadataRequest_11,
         _e_MetadataRequest_11,
     ),
+    8: (
+        _e_OffsetCommitRequest_0,
+        _e_OffsetCommitRequest_1,
+        _e_OffsetCommitRequest_2,
+        _e_OffsetCommitRequest_2,
+        _e_OffsetCommitRequest_2,
+        _e_OffsetCommitRequest_5,
+        _e_OffsetCommitRequest_6,
+        _e_OffsetCommitRequest_7,
+        _e_OffsetCommitRequest_8,
+    ),
+    9: (
+        _e_OffsetFetchRequest_0,
+        _e_OffsetFetchRequest_0,
+        _e_OffsetFetchRequest_2,
+        _e_OffsetFetchRequest_2,
+        _e_OffsetFetchRequest_2,
+        _e_OffsetFetchRequest_2,
+        _e_OffsetFetchRequest_6,
+        _e_OffsetFetchRequest_7,
+        _e_OffsetFetchRequest_8,
+    ),
+    10: (
+        _e_FindCoordinatorRequest_0,
+        _e_FindCoordinatorRequest_1,
+        _e_FindCoordinatorRequest_1,
+        _e_FindCoordinatorRequest_3,
+        _e_FindCoordinatorRequest_4,
+    ),
+    11: (
+        _e_JoinGroupRequest_0,
+        _e_JoinGroupRequest_1,
+        _e_JoinGroupRequest_1,
+        _e_JoinGroupRequest_1,
+        _e_JoinGroupRequest_1,
+        _e_JoinGroupRequest_5,
+        _e_JoinGroupRequest_6,
+        _e_JoinGroupRequest_6,
+    ),
+    12: (
+        _e_HeartbeatRequest_0,
+        _e_HeartbeatRequest_0,
+        _e_HeartbeatRequest_0,
+        _e_HeartbeatRequest_3,
+        _e_HeartbeatRequest_4,
+    ),
+    13: (
+        _e_LeaveGroupRequest_0,
+        _e_LeaveGroupRequest_0,
+        _e_LeaveGroupRequest_0,
+        _e_LeaveGroupRequest_3,
+        _e_LeaveGroupRequest_4,
+        _e_LeaveGroupRequest_5,
+    ),
+    14: (
+        _e_SyncGroupRequest_0,
+        _e_SyncGroupRequest_0,
+        _e_SyncGroupRequest_0,
+        _e_SyncGroupRequest_3,
+        _e_SyncGroupRequest_4,
+        _e_SyncGroupRequest_5,
+    ),
+    15: (
+        _e_DescribeGroupsRequest_0,
+        _e_DescribeGroupsRequest_0,
+        _e_DescribeGroupsRequest_0,
+        _e_DescribeGroupsRequest_3,
+        _e_DescribeGroupsRequest_3,
+        _e_DescribeGroupsRequest_5,
+    ),
+    16: (
+        _e_ListGroupsRequest_0,
+        _e_ListGroupsRequest_0,
+        _e_ListGroupsRequest_0,
+        _e_ListGroupsRequest_3,
+        _e_ListGroupsRequest_4,
+    ),
     18: (
-        _e_ApiVersionsRequest_0,
-        _e_ApiVersionsRequest_0,
-        _e_ApiVersionsRequest_0,
+        _e_ListGroupsRequest_0,
+        _e_ListGroupsRequest_0,
+        _e_ListGroupsRequest_0,
         _e_ApiVersionsRequest_3,
         _e_ApiVersionsRequest_3,
+    ),
+    19: (
+        _e_CreateTopicsRequest_0,
+        _e_CreateTopicsRequest_1,
+        _e_CreateTopicsRequest_1,
+        _e_CreateTopicsRequest_1,
+        _e_CreateTopicsRequest_1,
+        _e_CreateTopicsRequest_5,
+        _e_CreateTopicsRequest_5,
+        _e_CreateTopicsRequest_5,
+    ),
+    20: (
+        _e_DeleteTopicsRequest_0,
+        _e_DeleteTopicsRequest_0,
+        _e_DeleteTopicsRequest_0,
+        _e_DeleteTopicsRequest_0,
+        _e_DeleteTopicsRequest_4,
+        _e_DeleteTopicsRequest_4,
+        _e_DeleteTopicsRequest_6,
+    ),
+    21: (
+        _e_DeleteRecordsRequest_0,
+        _e_DeleteRecordsRequest_0,
+        _e_DeleteRecordsRequest_2,
     ),
     22: (
         _e_InitProducerIdRequest_0,
@@ -4637,6 +11319,48 @@ REQUEST_ENCODERS: dict[int, tuple] = {
         _e_OffsetForLeaderEpochRequest_2,
         _e_OffsetForLeaderEpochRequest_3,
         _e_OffsetForLeaderEpochRequest_4,
+    ),
+    32: (
+        _e_DescribeConfigsRequest_0,
+        _e_DescribeConfigsRequest_1,
+        _e_DescribeConfigsRequest_1,
+        _e_DescribeConfigsRequest_3,
+        _e_DescribeConfigsRequest_4,
+    ),
+    33: (
+        _e_AlterConfigsRequest_0,
+        _e_AlterConfigsRequest_0,
+        _e_AlterConfigsRequest_2,
+    ),
+    37: (
+        _e_CreatePartitionsRequest_0,
+        _e_CreatePartitionsRequest_0,
+        _e_CreatePartitionsRequest_2,
+        _e_CreatePartitionsRequest_2,
+    ),
+    42: (
+        _e_DeleteGroupsRequest_0,
+        _e_DeleteGroupsRequest_0,
+        _e_DeleteGroupsRequest_2,
+    ),
+    43: (
+        _e_ElectLeadersRequest_0,
+        _e_ElectLeadersRequest_1,
+        _e_ElectLeadersRequest_2,
+    ),
+    44: (
+        _e_IncrementalAlterConfigsRequest_0,
+        _e_IncrementalAlterConfigsRequest_1,
+    ),
+    47: (
+        _e_OffsetDeleteRequest_0,
+    ),
+    60: (
+        _e_DescribeClusterRequest_0,
+        _e_DescribeClusterRequest_1,
+    ),
+    61: (
+        _e_DescribeProducersRequest_0,
     ),
 }
 
@@ -4700,12 +11424,113 @@ RESPONSE_DECODERS: dict[int, tuple] = {
         _d_MetadataResponse_12,
         _d_MetadataResponse_13,
     ),
+    8: (
+        _d_OffsetCommitResponse_0,
+        _d_OffsetCommitResponse_0,
+        _d_OffsetCommitResponse_0,
+        _d_OffsetCommitResponse_3,
+        _d_OffsetCommitResponse_3,
+        _d_OffsetCommitResponse_3,
+        _d_OffsetCommitResponse_3,
+        _d_OffsetCommitResponse_3,
+        _d_OffsetCommitResponse_8,
+    ),
+    9: (
+        _d_OffsetFetchResponse_0,
+        _d_OffsetFetchResponse_0,
+        _d_OffsetFetchResponse_2,
+        _d_OffsetFetchResponse_3,
+        _d_OffsetFetchResponse_3,
+        _d_OffsetFetchResponse_5,
+        _d_OffsetFetchResponse_6,
+        _d_OffsetFetchResponse_6,
+        _d_OffsetFetchResponse_8,
+    ),
+    10: (
+        _d_FindCoordinatorResponse_0,
+        _d_FindCoordinatorResponse_1,
+        _d_FindCoordinatorResponse_1,
+        _d_FindCoordinatorResponse_3,
+        _d_FindCoordinatorResponse_4,
+    ),
+    11: (
+        _d_JoinGroupResponse_0,
+        _d_JoinGroupResponse_0,
+        _d_JoinGroupResponse_2,
+        _d_JoinGroupResponse_2,
+        _d_JoinGroupResponse_2,
+        _d_JoinGroupResponse_5,
+        _d_JoinGroupResponse_6,
+        _d_JoinGroupResponse_7,
+    ),
+    12: (
+        _d_HeartbeatResponse_0,
+        _d_HeartbeatResponse_1,
+        _d_HeartbeatResponse_1,
+        _d_HeartbeatResponse_1,
+        _d_HeartbeatResponse_4,
+    ),
+    13: (
+        _d_LeaveGroupResponse_0,
+        _d_LeaveGroupResponse_1,
+        _d_LeaveGroupResponse_1,
+        _d_LeaveGroupResponse_3,
+        _d_LeaveGroupResponse_4,
+        _d_LeaveGroupResponse_4,
+    ),
+    14: (
+        _d_SyncGroupResponse_0,
+        _d_SyncGroupResponse_1,
+        _d_SyncGroupResponse_1,
+        _d_SyncGroupResponse_1,
+        _d_SyncGroupResponse_4,
+        _d_SyncGroupResponse_5,
+    ),
+    15: (
+        _d_DescribeGroupsResponse_0,
+        _d_DescribeGroupsResponse_1,
+        _d_DescribeGroupsResponse_1,
+        _d_DescribeGroupsResponse_3,
+        _d_DescribeGroupsResponse_4,
+        _d_DescribeGroupsResponse_5,
+    ),
+    16: (
+        _d_ListGroupsResponse_0,
+        _d_ListGroupsResponse_1,
+        _d_ListGroupsResponse_1,
+        _d_ListGroupsResponse_3,
+        _d_ListGroupsResponse_4,
+    ),
     18: (
         _d_ApiVersionsResponse_0,
         _d_ApiVersionsResponse_1,
         _d_ApiVersionsResponse_1,
         _d_ApiVersionsResponse_3,
         _d_ApiVersionsResponse_3,
+    ),
+    19: (
+        _d_CreateTopicsResponse_0,
+        _d_CreateTopicsResponse_1,
+        _d_CreateTopicsResponse_2,
+        _d_CreateTopicsResponse_2,
+        _d_CreateTopicsResponse_2,
+        _d_CreateTopicsResponse_5,
+        _d_CreateTopicsResponse_5,
+        _d_CreateTopicsResponse_7,
+    ),
+    20: (
+        _d_DeleteTopicsResponse_0,
+        _d_DeleteTopicsResponse_1,
+        _d_DeleteTopicsResponse_1,
+        _d_DeleteTopicsResponse_1,
+        _d_DeleteTopicsResponse_4,
+        _d_DeleteTopicsResponse_5,
+        _d_DeleteTopicsResponse_6,
+    ),
+    21: (
+        _d_DeleteRecordsResponse_0,
+        _d_DeleteRecordsResponse_0,
+        _d_DeleteRecordsResponse_2,
     ),
     22: (
         _d_InitProducerIdResponse_0,
@@ -4720,6 +11545,48 @@ RESPONSE_DECODERS: dict[int, tuple] = {
         _d_OffsetForLeaderEpochResponse_2,
         _d_OffsetForLeaderEpochResponse_2,
         _d_OffsetForLeaderEpochResponse_4,
+    ),
+    32: (
+        _d_DescribeConfigsResponse_0,
+        _d_DescribeConfigsResponse_1,
+        _d_DescribeConfigsResponse_1,
+        _d_DescribeConfigsResponse_3,
+        _d_DescribeConfigsResponse_4,
+    ),
+    33: (
+        _d_AlterConfigsResponse_0,
+        _d_AlterConfigsResponse_0,
+        _d_AlterConfigsResponse_2,
+    ),
+    37: (
+        _d_CreatePartitionsResponse_0,
+        _d_CreatePartitionsResponse_0,
+        _d_CreatePartitionsResponse_2,
+        _d_CreatePartitionsResponse_2,
+    ),
+    42: (
+        _d_DeleteGroupsResponse_0,
+        _d_DeleteGroupsResponse_0,
+        _d_DeleteGroupsResponse_2,
+    ),
+    43: (
+        _d_ElectLeadersResponse_0,
+        _d_ElectLeadersResponse_1,
+        _d_ElectLeadersResponse_2,
+    ),
+    44: (
+        _d_IncrementalAlterConfigsResponse_0,
+        _d_IncrementalAlterConfigsResponse_1,
+    ),
+    47: (
+        _d_OffsetDeleteResponse_0,
+    ),
+    60: (
+        _d_DescribeClusterResponse_0,
+        _d_DescribeClusterResponse_1,
+    ),
+    61: (
+        _d_DescribeProducersResponse_0,
     ),
 }
 
@@ -4783,12 +11650,113 @@ RESPONSE_ENCODERS: dict[int, tuple] = {
         _e_MetadataResponse_12,
         _e_MetadataResponse_13,
     ),
+    8: (
+        _e_OffsetCommitResponse_0,
+        _e_OffsetCommitResponse_0,
+        _e_OffsetCommitResponse_0,
+        _e_OffsetCommitResponse_3,
+        _e_OffsetCommitResponse_3,
+        _e_OffsetCommitResponse_3,
+        _e_OffsetCommitResponse_3,
+        _e_OffsetCommitResponse_3,
+        _e_OffsetCommitResponse_8,
+    ),
+    9: (
+        _e_OffsetFetchResponse_0,
+        _e_OffsetFetchResponse_0,
+        _e_OffsetFetchResponse_2,
+        _e_OffsetFetchResponse_3,
+        _e_OffsetFetchResponse_3,
+        _e_OffsetFetchResponse_5,
+        _e_OffsetFetchResponse_6,
+        _e_OffsetFetchResponse_6,
+        _e_OffsetFetchResponse_8,
+    ),
+    10: (
+        _e_FindCoordinatorResponse_0,
+        _e_FindCoordinatorResponse_1,
+        _e_FindCoordinatorResponse_1,
+        _e_FindCoordinatorResponse_3,
+        _e_FindCoordinatorResponse_4,
+    ),
+    11: (
+        _e_JoinGroupResponse_0,
+        _e_JoinGroupResponse_0,
+        _e_JoinGroupResponse_2,
+        _e_JoinGroupResponse_2,
+        _e_JoinGroupResponse_2,
+        _e_JoinGroupResponse_5,
+        _e_JoinGroupResponse_6,
+        _e_JoinGroupResponse_7,
+    ),
+    12: (
+        _e_HeartbeatResponse_0,
+        _e_HeartbeatResponse_1,
+        _e_HeartbeatResponse_1,
+        _e_HeartbeatResponse_1,
+        _e_HeartbeatResponse_4,
+    ),
+    13: (
+        _e_HeartbeatResponse_0,
+        _e_HeartbeatResponse_1,
+        _e_HeartbeatResponse_1,
+        _e_LeaveGroupResponse_3,
+        _e_LeaveGroupResponse_4,
+        _e_LeaveGroupResponse_4,
+    ),
+    14: (
+        _e_SyncGroupResponse_0,
+        _e_SyncGroupResponse_1,
+        _e_SyncGroupResponse_1,
+        _e_SyncGroupResponse_1,
+        _e_SyncGroupResponse_4,
+        _e_SyncGroupResponse_5,
+    ),
+    15: (
+        _e_DescribeGroupsResponse_0,
+        _e_DescribeGroupsResponse_1,
+        _e_DescribeGroupsResponse_1,
+        _e_DescribeGroupsResponse_3,
+        _e_DescribeGroupsResponse_4,
+        _e_DescribeGroupsResponse_5,
+    ),
+    16: (
+        _e_ListGroupsResponse_0,
+        _e_ListGroupsResponse_1,
+        _e_ListGroupsResponse_1,
+        _e_ListGroupsResponse_3,
+        _e_ListGroupsResponse_4,
+    ),
     18: (
         _e_ApiVersionsResponse_0,
         _e_ApiVersionsResponse_1,
         _e_ApiVersionsResponse_1,
         _e_ApiVersionsResponse_3,
         _e_ApiVersionsResponse_3,
+    ),
+    19: (
+        _e_CreateTopicsResponse_0,
+        _e_CreateTopicsResponse_1,
+        _e_CreateTopicsResponse_2,
+        _e_CreateTopicsResponse_2,
+        _e_CreateTopicsResponse_2,
+        _e_CreateTopicsResponse_5,
+        _e_CreateTopicsResponse_5,
+        _e_CreateTopicsResponse_7,
+    ),
+    20: (
+        _e_DeleteTopicsResponse_0,
+        _e_DeleteTopicsResponse_1,
+        _e_DeleteTopicsResponse_1,
+        _e_DeleteTopicsResponse_1,
+        _e_DeleteTopicsResponse_4,
+        _e_DeleteTopicsResponse_5,
+        _e_DeleteTopicsResponse_6,
+    ),
+    21: (
+        _e_DeleteRecordsResponse_0,
+        _e_DeleteRecordsResponse_0,
+        _e_DeleteRecordsResponse_2,
     ),
     22: (
         _e_InitProducerIdResponse_0,
@@ -4803,5 +11771,47 @@ RESPONSE_ENCODERS: dict[int, tuple] = {
         _e_OffsetForLeaderEpochResponse_2,
         _e_OffsetForLeaderEpochResponse_2,
         _e_OffsetForLeaderEpochResponse_4,
+    ),
+    32: (
+        _e_DescribeConfigsResponse_0,
+        _e_DescribeConfigsResponse_1,
+        _e_DescribeConfigsResponse_1,
+        _e_DescribeConfigsResponse_3,
+        _e_DescribeConfigsResponse_4,
+    ),
+    33: (
+        _e_AlterConfigsResponse_0,
+        _e_AlterConfigsResponse_0,
+        _e_AlterConfigsResponse_2,
+    ),
+    37: (
+        _e_CreatePartitionsResponse_0,
+        _e_CreatePartitionsResponse_0,
+        _e_CreatePartitionsResponse_2,
+        _e_CreatePartitionsResponse_2,
+    ),
+    42: (
+        _e_DeleteGroupsResponse_0,
+        _e_DeleteGroupsResponse_0,
+        _e_DeleteGroupsResponse_2,
+    ),
+    43: (
+        _e_ElectLeadersResponse_0,
+        _e_ElectLeadersResponse_1,
+        _e_ElectLeadersResponse_2,
+    ),
+    44: (
+        _e_AlterConfigsResponse_0,
+        _e_AlterConfigsResponse_2,
+    ),
+    47: (
+        _e_OffsetDeleteResponse_0,
+    ),
+    60: (
+        _e_DescribeClusterResponse_0,
+        _e_DescribeClusterResponse_1,
+    ),
+    61: (
+        _e_DescribeProducersResponse_0,
     ),
 }
