@@ -28,6 +28,8 @@ from __future__ import annotations
 import errno
 import random
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -54,6 +56,14 @@ class ListenerError(OSError):
 
 class NoFreePortError(OSError):
     """``pick_ports`` found no free port outside the ephemeral range."""
+
+
+class PortTakenError(OSError):
+    """A process exited because another process serves one of its ports: start it on fresh ports."""
+
+
+class NotListeningError(OSError):
+    """A process exited (or stayed silent past its deadline) before it printed ``LISTENING``."""
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -112,6 +122,40 @@ def parse_listening(line: str) -> int | None:
     if not line.startswith(LISTENING_PREFIX):
         return None
     return split_address(line[len(LISTENING_PREFIX) :].strip())[1]
+
+
+def wait_listening(output: Path, start: int, exit_code: Callable[[], int | None], timeout_s: float,
+                   what: str) -> int:
+    """The port in the first ``LISTENING`` line a process writes to ``output`` after byte ``start``.
+
+    ``exit_code()`` is None while the process runs. A process that exits first raises
+    ``PortTakenError`` when its output says ``ADDRESS_IN_USE`` (the caller retries on fresh ports),
+    else ``NotListeningError``, as does silence past ``timeout_s``; ``what`` names the process."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = exit_code()  # before reading: a line written just before the exit is still seen
+        text = _read_from(output, start)
+        for line in text.split("\n")[:-1]:  # whole lines only: the last may still be being written
+            port = parse_listening(line)
+            if port is not None:
+                return port
+        if code is not None:
+            tail = " | ".join(text.strip().splitlines()[-3:])
+            if ADDRESS_IN_USE in text:
+                raise PortTakenError(f"{what} exited ({code}): {tail}")
+            raise NotListeningError(f"{what} exited ({code}) before it listened (see {output}): {tail}")
+        if time.monotonic() > deadline:
+            raise NotListeningError(f"{what} did not listen within {timeout_s:.0f} s (see {output})")
+        time.sleep(0.02)
+
+
+def _read_from(path: Path, start: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 def ephemeral_port_range() -> tuple[int, int]:

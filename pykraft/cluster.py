@@ -1,7 +1,7 @@
 """The local cluster: controllers and brokers as processes on 127.0.0.1, the embedded default.
 
 ``pykraft cluster up`` starts ``--controllers`` controller processes (one Raft quorum) and
-``--brokers`` broker processes under one data directory, with free ports, one log file per process
+``--brokers`` broker processes under one data directory, one log file per process
 (``DATA/logs/<name>.log``) and a state file (``DATA/cluster.json``) recording each process's role,
 node id, address and pid. ``status`` reads it and probes each node's gRPC health service; ``down``
 stops brokers first (SIGTERM: controlled shutdown), then controllers, and SIGKILLs what is still
@@ -14,6 +14,13 @@ nodes, so the integration tests exercise exactly what users run.
 A node listens on ``port``; others dial ``advertised_port`` when it is set (e.g. a fault-injecting TCP
 proxy forwarding to ``port``): it goes into the controllers' ``--voters``, the brokers'
 ``--controllers`` and ``--advertised-listener``, and the bootstrap. Health probes use the listen port.
+
+Ports (``proto.listeners``): no port is picked and hoped for. Brokers and metrics endpoints listen on
+port 0 and the launcher reads the ports they got from their ``LISTENING`` / ``METRICS`` lines (a
+restarted broker asks for its old port again, so its endpoint stays). Controllers must know each
+other's addresses before any starts, so they get ports picked outside the kernel's ephemeral range; if
+another process took one first, the controller exits saying so and ``start`` restarts the quorum on
+fresh ports (``BIND_ATTEMPTS``). Each start waits until the node listens (``BIND_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,27 +36,25 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from proto import serving
+from proto import listeners, serving
+from proto.metrics import METRICS_OFF, PICK_FREE_PORT
 
 STATE_FILE = "cluster.json"
 FIRST_CONTROLLER_ID = 1
 FIRST_BROKER_ID = 101
 STOP_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+BIND_TIMEOUT_S = 60.0  # from process start to LISTENING (imports on a loaded 2-core machine)
+BIND_ATTEMPTS = 5
+METRICS_PREFIX = "METRICS "
 
 
 @dataclass
 class NodeSpec:
     role: str  # "controller" or "broker"
     node_id: int
-    port: int
+    port: int  # 0 until a node started on port 0 reported the port it got
     pid: int = 0
-    metrics_port: int = 0  # Prometheus /metrics on 127.0.0.1 (proto.metrics)
+    metrics_port: int = 0  # Prometheus /metrics on 127.0.0.1 (proto.metrics), as reported; -1: off
     advertised_port: int = 0  # the port other nodes and clients dial; 0 = port
 
     @property
@@ -83,13 +87,13 @@ class LocalCluster:
     # ---- layout --------------------------------------------------------------------------------
 
     def plan(self) -> None:
+        """Controllers get picked ports (every voter must know the others' before any starts);
+        brokers and every metrics endpoint listen on port 0 and report what they got."""
         assert not self.nodes, "plan() once per cluster"
-        for i in range(self.controllers):
-            spec = NodeSpec("controller", FIRST_CONTROLLER_ID + i, free_port(), metrics_port=free_port())
-            self.nodes.append(spec)
+        for i, port in enumerate(listeners.pick_ports(self.controllers)):
+            self.nodes.append(NodeSpec("controller", FIRST_CONTROLLER_ID + i, port))
         for i in range(self.brokers):
-            spec = NodeSpec("broker", FIRST_BROKER_ID + i, free_port(), metrics_port=free_port())
-            self.nodes.append(spec)
+            self.nodes.append(NodeSpec("broker", FIRST_BROKER_ID + i, 0))
 
     def node(self, name: str) -> NodeSpec:
         for spec in self.nodes:
@@ -124,7 +128,7 @@ class LocalCluster:
     def command(self, spec: NodeSpec) -> list[str]:
         cmd = [sys.executable, "-m", "pykraft.cli", spec.role, "--node-id", str(spec.node_id),
                "--listen", spec.listen_address, "--data-dir", str(self.data_dir / spec.name),
-               "--metrics-port", str(spec.metrics_port)]
+               "--metrics-port", str(METRICS_OFF if spec.metrics_port == METRICS_OFF else PICK_FREE_PORT)]
         if spec.advertised_port:
             cmd += ["--advertised-listener", spec.address]
         if spec.role == "controller":
@@ -139,24 +143,74 @@ class LocalCluster:
 
     # ---- process control ----------------------------------------------------------------------
 
-    def start_node(self, spec: NodeSpec) -> None:
+    def _spawn(self, spec: NodeSpec) -> int:
+        """Start the process; the byte of its log file where its output begins."""
         assert not self.is_running(spec), f"{spec.name} is already running as pid {spec.pid}"
         self.log_path(spec).parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path(spec), "ab") as log:
+            start = log.tell()
             proc = subprocess.Popen(
                 self.command(spec), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, cwd=self.data_dir,
             )
         spec.pid = proc.pid
         self._procs[spec.name] = proc
+        return start
+
+    def _await_listening(self, spec: NodeSpec, start: int) -> None:
+        """Wait for the node's ``LISTENING`` (and ``METRICS``) lines; record the ports it reports.
+        Raises ``listeners.PortTakenError`` when another process serves one of its ports."""
+        proc = self._procs[spec.name]
+        try:
+            spec.port = listeners.wait_listening(
+                self.log_path(spec), start, proc.poll, BIND_TIMEOUT_S, spec.name
+            )
+        except listeners.NotListeningError as exc:
+            raise ClusterError(str(exc)) from None
+        if spec.metrics_port != METRICS_OFF:
+            spec.metrics_port = _metrics_port(self.log_path(spec), start)
         self.save()
 
+    def start_node(self, spec: NodeSpec) -> None:
+        """Start (or restart) one node and wait until it listens. A restarted node keeps its port,
+        which others know; if another process took it meanwhile, a broker that nobody reaches
+        through a fixed advertised port moves to a port the kernel picks, anything else fails."""
+        try:
+            self._await_listening(spec, self._spawn(spec))
+        except listeners.PortTakenError as exc:
+            if spec.role != "broker" or spec.advertised_port:
+                raise PortsTakenError(f"cannot start {spec.name} on port {spec.port}: {exc}") from None
+            spec.port = 0
+            self._await_listening(spec, self._spawn(spec))
+
     def start(self) -> None:
+        """Start every node: controllers first, all at once, then brokers. A controller whose picked
+        port another process took restarts the quorum on fresh ports (up to ``BIND_ATTEMPTS``)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.nodes:
             self.plan()
-        for spec in self.nodes:
-            self.start_node(spec)
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            starts = {spec.name: self._spawn(spec) for spec in self.controller_nodes}
+            try:
+                for spec in self.controller_nodes:
+                    self._await_listening(spec, starts[spec.name])
+                break
+            except listeners.PortTakenError as exc:
+                for spec in self.controller_nodes:
+                    self.kill_node(spec)
+                if attempt == BIND_ATTEMPTS or any(n.advertised_port for n in self.controller_nodes):
+                    # A proxy forwards to the ports it was given: its owner must start over.
+                    raise PortsTakenError(f"controllers: {exc} (attempt {attempt})") from None
+                fresh = listeners.pick_ports(self.controllers)
+                for spec, port in zip(self.controller_nodes, fresh, strict=True):
+                    spec.port = port
+        starts = {spec.name: self._spawn(spec) for spec in self.broker_nodes}
+        for spec in self.broker_nodes:
+            try:
+                self._await_listening(spec, starts[spec.name])
+            except listeners.PortTakenError:
+                self.start_node(spec)  # its fixed port was taken: start_node decides what to do
+        self.save()
 
     def is_running(self, spec: NodeSpec) -> bool:
         """True when ``spec.pid`` is alive and is still the process we started (not a reused pid)."""
@@ -267,3 +321,19 @@ class LocalCluster:
 
 class ClusterError(Exception):
     """The local cluster could not be started, found or stopped; the message says why."""
+
+
+class PortsTakenError(ClusterError):
+    """Other processes took the ports the cluster was to use, and it could not pick others itself
+    (fixed advertised ports, or out of attempts): start it again with fresh ports."""
+
+
+def _metrics_port(log_path: Path, start: int) -> int:
+    """The port of the ``METRICS http://HOST:PORT/metrics`` line after ``start`` (printed right after
+    ``LISTENING``); METRICS_OFF when there is none."""
+    with open(log_path, "rb") as f:
+        f.seek(start)
+        for line in f.read().decode(errors="replace").splitlines():
+            if line.startswith(METRICS_PREFIX):
+                return int(line[len(METRICS_PREFIX) :].rsplit(":", 1)[1].split("/", 1)[0])
+    return METRICS_OFF

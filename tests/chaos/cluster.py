@@ -5,7 +5,9 @@ controllers dial each other, brokers dial controllers and each other's replica f
 all through ``tests.chaos.proxy`` — so a network partition between any two nodes is one command.
 Clients (the workload, in this process) also go through the proxy but are never partitioned.
 
-``chaos_cluster`` stops everything it started by pid, even on failure: paused nodes are resumed,
+Ports: ``start_proxied`` (every port picked outside the ephemeral range; on a port another process took,
+everything is stopped and started again on fresh ports). ``chaos_cluster`` stops everything it
+started by pid, even on failure: paused nodes are resumed,
 brokers and controllers stopped (SIGKILL after a timeout), the proxy's stdin closed and the proxy
 killed if it does not exit.
 """
@@ -18,16 +20,60 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from pykraft.cluster import LocalCluster, NodeSpec, free_port
+from proto.listeners import ADDRESS_IN_USE, pick_ports
+from pykraft.cluster import BIND_ATTEMPTS, LocalCluster, NodeSpec, PortsTakenError
 from tests.integration.broker.broker_cluster import FAST_OVERRIDES, START_TIMEOUT_S, BrokerCluster
 
 PROXY_TIMEOUT_S = 10.0
 # Short protocol timeouts (tests.integration.broker.broker_cluster), with a session timeout of 2 s:
 # a pause of a node is "longer than the session timeout" from 3 s on.
 CHAOS_OVERRIDES = {**FAST_OVERRIDES, "min.insync.replicas": "2"}
+
+
+class ProxyPortsTakenError(OSError):
+    """Another process serves a port the proxy was to listen on."""
+
+
+def start_proxied(
+    make_cluster: Callable[[], LocalCluster], data_dir: Path
+) -> tuple[LocalCluster, ProxyControl]:
+    """A ``LocalCluster`` whose every node advertises a proxy port, started behind a started proxy.
+
+    The proxy forwards to fixed ports, so every node (brokers too) gets a port picked outside the
+    ephemeral range (``proto.listeners``). When another process takes one first, everything started
+    is stopped by pid and the whole setup starts over on fresh ports (``BIND_ATTEMPTS``)."""
+    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        cluster = make_cluster()
+        cluster.plan()
+        ports = pick_ports(len(cluster.nodes) + len(cluster.broker_nodes))
+        for spec in cluster.broker_nodes:
+            spec.port = ports.pop()
+        for spec in cluster.nodes:
+            spec.advertised_port = ports.pop()
+        try:
+            proxy = ProxyControl(data_dir, [(n.name, n.advertised_port, n.port) for n in cluster.nodes])
+        except ProxyPortsTakenError:
+            continue
+        try:
+            cluster.start()
+        except PortsTakenError:
+            for spec in cluster.nodes:
+                cluster.kill_node(spec)
+            proxy.close()
+            if attempt == BIND_ATTEMPTS:
+                raise
+            continue
+        except BaseException:
+            for spec in cluster.nodes:
+                cluster.kill_node(spec)
+            proxy.close()
+            raise
+        return cluster, proxy
+    raise AssertionError(f"no free ports for the proxied cluster in {BIND_ATTEMPTS} tries")
 
 
 class ProxyControl:
@@ -42,7 +88,12 @@ class ProxyControl:
                                      cwd=Path(__file__).resolve().parents[2])  # fmt: skip
         self._lock = threading.Lock()
         ready = self._readline()
-        assert ready == "READY", f"the chaos proxy did not start (said {ready!r}; see {self._log.name})"
+        if ready != "READY":
+            self.close()
+            said = Path(self._log.name).read_text(errors="replace")
+            if ADDRESS_IN_USE in said:  # another process took a picked port: start_proxied retries
+                raise ProxyPortsTakenError(f"the chaos proxy could not bind: {said.strip().splitlines()[-1]}")
+            raise AssertionError(f"the chaos proxy did not start (said {ready!r}; see {self._log.name})")
 
     def _readline(self) -> str:
         """One answer line, or a failure after PROXY_TIMEOUT_S (a reader thread: pipes have no timeout)."""
@@ -133,16 +184,13 @@ class ChaosCluster(BrokerCluster):
 
 @contextlib.contextmanager
 def chaos_cluster(data_dir: Path, **overrides: str) -> Iterator[ChaosCluster]:
-    cluster = LocalCluster(data_dir, controllers=3, brokers=3, overrides={**CHAOS_OVERRIDES, **overrides})
-    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
-    cluster.plan()
-    for spec in cluster.nodes:
-        spec.advertised_port = free_port()
-    proxy = ProxyControl(data_dir, [(n.name, n.advertised_port, n.port) for n in cluster.nodes])
+    cluster, proxy = start_proxied(
+        lambda: LocalCluster(data_dir, controllers=3, brokers=3, overrides={**CHAOS_OVERRIDES, **overrides}),
+        data_dir,
+    )
     chaos: ChaosCluster | None = None
     try:
         chaos = ChaosCluster(cluster, proxy)
-        cluster.start()
         cluster.wait_until(chaos.all_healthy, START_TIMEOUT_S, "every node healthy")
         yield chaos
     finally:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pykraft.cluster import free_port
-from tests.chaos.cluster import ProxyControl
+from proto.listeners import pick_ports
+from pykraft.cluster import BIND_ATTEMPTS
+from tests.chaos.cluster import ProxyControl, ProxyPortsTakenError
 
 pytestmark = pytest.mark.integration
 
@@ -74,8 +75,15 @@ class Lines:
 def proxied(tmp_path: Path) -> Iterator[tuple[ProxyControl, Lines, Lines]]:
     (tmp_path / "logs").mkdir()
     echo_a, echo_b = EchoServer(), EchoServer()
-    port_a, port_b = free_port(), free_port()
-    proxy = ProxyControl(tmp_path, [("broker-1", port_a, echo_a.port), ("broker-2", port_b, echo_b.port)])
+    for attempt in range(1, BIND_ATTEMPTS + 1):  # picked ports another process took: pick again
+        port_a, port_b = pick_ports(2)
+        try:
+            routes = [("broker-1", port_a, echo_a.port), ("broker-2", port_b, echo_b.port)]
+            proxy = ProxyControl(tmp_path, routes)
+            break
+        except ProxyPortsTakenError:
+            if attempt == BIND_ATTEMPTS:
+                raise
     procs = [
         subprocess.Popen([sys.executable, "-c", NODE, str(port), "controller", "--node-id", "9",
                           "--data-dir", str(tmp_path / "controller-9")], stdout=subprocess.PIPE)

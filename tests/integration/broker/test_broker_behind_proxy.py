@@ -20,9 +20,9 @@ from broker_cluster import FAST_OVERRIDES, RPC_TIMEOUT_S, BrokerCluster, wait_fo
 
 from proto import broker_pb2
 from pykraft.cli_cluster import wait_ready
-from pykraft.cluster import LocalCluster, free_port
+from pykraft.cluster import LocalCluster
 from pykraft.producer import Producer
-from tests.chaos.cluster import ProxyControl
+from tests.chaos.cluster import ProxyControl, start_proxied
 
 pytestmark = pytest.mark.integration
 TOPIC = "advertised"
@@ -31,15 +31,11 @@ READY_TIMEOUT_S = 60.0
 
 @pytest.fixture
 def proxied(tmp_path: Path) -> Iterator[tuple[BrokerCluster, ProxyControl]]:
-    cluster = LocalCluster(tmp_path, controllers=3, brokers=2, overrides=dict(FAST_OVERRIDES))
-    (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
-    cluster.plan()
-    for spec in cluster.nodes:
-        spec.advertised_port = free_port()
-    proxy = ProxyControl(tmp_path, [(n.name, n.advertised_port, n.port) for n in cluster.nodes])
+    cluster, proxy = start_proxied(
+        lambda: LocalCluster(tmp_path, controllers=3, brokers=2, overrides=dict(FAST_OVERRIDES)), tmp_path
+    )
     bc = BrokerCluster(cluster)
     try:
-        cluster.start()
         wait_ready(cluster, READY_TIMEOUT_S, progress=None)
         yield bc, proxy
     finally:

@@ -8,6 +8,7 @@ one line naming the setting and its value, exit status 2, no traceback; the live
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import signal
 import socket
@@ -21,6 +22,8 @@ import pytest
 
 from proto import serving
 from proto.listeners import ADDRESS_IN_USE, parse_listening, pick_port, pick_ports
+from pykraft.cluster import LocalCluster
+from tests.integration.broker.broker_cluster import FAST_OVERRIDES
 
 pytestmark = pytest.mark.integration
 START_TIMEOUT_S = 60.0
@@ -151,3 +154,51 @@ def test_a_broker_on_port_zero_reports_the_port_it_got(tmp_path: Path) -> None:
             pass
     finally:
         stop(proc)
+
+
+@contextlib.contextmanager
+def squatting(port: int) -> Iterator[None]:
+    """Another process's listener on ``port`` (SO_REUSEADDR only, as servers bind)."""
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        yield
+
+
+@contextlib.contextmanager
+def stopped_at_exit(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    try:
+        yield cluster
+    finally:
+        cluster.down(timeout_s=15.0)
+        for spec in cluster.nodes:
+            cluster.kill_node(spec)
+
+
+def test_the_launcher_restarts_the_quorum_on_fresh_ports_when_a_picked_one_is_taken(tmp_path: Path) -> None:
+    """Issue 14 §3: a picked port another process binds first is retried, not hoped for."""
+    cluster = LocalCluster(tmp_path, controllers=3, brokers=1, overrides=dict(FAST_OVERRIDES))
+    cluster.plan()
+    taken = cluster.controller_nodes[1].port
+    with squatting(taken), stopped_at_exit(cluster):
+        cluster.start()
+        cluster.wait_until(lambda: all(cluster.healthy(n) for n in cluster.nodes), START_TIMEOUT_S, "healthy")
+        assert taken not in [n.port for n in cluster.nodes]
+        assert ADDRESS_IN_USE in cluster.log_path(cluster.controller_nodes[1]).read_text()
+        broker = cluster.broker_nodes[0]
+        assert broker.port > 0 and broker.metrics_port > 0  # port 0: what the broker reported
+
+
+def test_a_restarted_broker_whose_port_was_taken_moves_to_a_fresh_one(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, controllers=1, brokers=1, overrides=dict(FAST_OVERRIDES))
+    with stopped_at_exit(cluster):
+        cluster.start()
+        broker = cluster.broker_nodes[0]
+        cluster.wait_until(lambda: cluster.healthy(broker), START_TIMEOUT_S, "broker healthy")
+        cluster.kill_node(broker)
+        old = broker.port
+        with squatting(old):
+            cluster.start_node(broker)
+            assert broker.port not in (0, old)
+            cluster.wait_until(lambda: cluster.healthy(broker), START_TIMEOUT_S, "broker healthy again")
