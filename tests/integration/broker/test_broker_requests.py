@@ -11,6 +11,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
@@ -39,25 +40,56 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
         yield bc
 
 
-def test_controlled_shutdown_moves_leadership_and_restart_rejoins(cluster: BrokerCluster) -> None:
-    """SIGTERM = controlled shutdown: the leader's partitions move away before it exits (no acked write
-    lost); restarted, it recovers its log, rejoins the ISR, and preferred election moves leadership back.
-    Afterwards the leader epoch is 2, so the stale-epoch cases below have an older epoch to send."""
+@dataclass(frozen=True)
+class LeaderMoves:
+    """What ``leader_moves`` did to TOPIC: leader ``first`` wrote ``offsets[0]`` in ``epochs[0]``, a
+    controlled shutdown gave ``second`` ``epochs[1]`` (it wrote ``offsets[1]``), and after ``first``
+    restarted a preferred election gave it ``epochs[2]``."""
+
+    first: int
+    second: int
+    epochs: tuple[int, int, int]
+    offsets: tuple[int, int]
+
+
+@pytest.fixture(scope="module")
+def leader_moves(cluster: BrokerCluster) -> LeaderMoves:
+    """Two leader changes on TOPIC, for the tests that need an older leader epoch (stale-epoch cases,
+    OffsetsForLeaderEpoch). A fixture, not an earlier test: each test that checks this state asks
+    for it, so the tests pass alone and in any order (issue 14 §3)."""
     first = cluster.leader(TOPIC)
-    assert first == 101
-    assert cluster.produce(first, TOPIC, [b"before-shutdown"]).code == ErrorCode.NONE
+    epoch = cluster.describe(TOPIC).leader_epoch
+    before = cluster.produce(first, TOPIC, [b"before-shutdown"])
+    assert before.code == ErrorCode.NONE, before
     assert cluster.cluster.stop_node(cluster.broker(first), timeout_s=20.0), "broker did not stop gracefully"
     second = cluster.leader(TOPIC)
     assert second != first
-    assert cluster.produce(second, TOPIC, [b"while-down"]).code == ErrorCode.NONE
+    during = cluster.produce(second, TOPIC, [b"while-down"])
+    assert during.code == ErrorCode.NONE, during
     cluster.cluster.start_node(cluster.broker(first))
     cluster.wait_isr(TOPIC, {101, 102, 103})
     wait_for(lambda: not cluster.admin.elect_leaders("preferred", [(TOPIC, 0)])[0].error
              or cluster.describe(TOPIC).leader == first, 20, "preferred election")  # fmt: skip
+    # every replica acts on the last change before a test sends a follower or an old epoch anything
+    wait_for(lambda: cluster.all_brokers_lead_or_follow(TOPIC, 1), 20, "every replica on the last epoch")
     assert cluster.leader(TOPIC) == first
-    assert cluster.describe(TOPIC).leader_epoch == 2
-    values = [v for _, v in cluster.read_all(first, TOPIC)]
-    assert values[-2:] == [b"before-shutdown", b"while-down"]
+    final = cluster.describe(TOPIC).leader_epoch
+    return LeaderMoves(first, second, (epoch, epoch + 1, final), (before.base_offset, during.base_offset))
+
+
+def test_controlled_shutdown_moves_leadership_and_restart_rejoins(
+    cluster: BrokerCluster, leader_moves: LeaderMoves
+) -> None:
+    """SIGTERM = controlled shutdown: the leader's partitions move away before it exits (no acked write
+    lost); restarted, it recovers its log, rejoins the ISR, and preferred election moves leadership back
+    (two leader changes: two epoch bumps)."""
+    moves = leader_moves
+    assert moves.first == 101, "the preferred replica (first in assignment order) led first"
+    assert moves.second != moves.first
+    assert moves.epochs[2] == moves.epochs[0] + 2
+    assert moves.offsets[1] == moves.offsets[0] + 1, "the new leader kept the acknowledged record"
+    records = dict(cluster.read_all(moves.first, TOPIC))
+    assert [records[o] for o in moves.offsets] == [b"before-shutdown", b"while-down"]
 
 
 def _corrupt_crc(data: bytes) -> bytes:
@@ -101,9 +133,18 @@ BAD_PRODUCES = [
     ids=[case[0] for case in BAD_PRODUCES],
 )
 def test_bad_produce_gets_its_error_and_appends_nothing(
-    cluster: BrokerCluster, topic, partition, target, records, acks, epoch_delta, expected
+    cluster: BrokerCluster,
+    leader_moves: LeaderMoves,
+    topic,
+    partition,
+    target,
+    records,
+    acks,
+    epoch_delta,
+    expected,
 ) -> None:
-    """Every check runs before the append: the partition's log end offset does not move."""
+    """Every check runs before the append: the partition's log end offset does not move. (The stale
+    epoch case needs an older epoch than the current one: ``leader_moves``.)"""
     leader = cluster.leader(TOPIC)
     follower = next(b for b in (101, 102, 103) if b != leader)
     epoch = cluster.describe(TOPIC).leader_epoch
@@ -140,7 +181,9 @@ def test_fetch_out_of_range_reports_the_valid_range(cluster: BrokerCluster) -> N
     assert data.records == b""
 
 
-def test_fetch_from_follower_and_stale_epoch_are_refused(cluster: BrokerCluster) -> None:
+def test_fetch_from_follower_and_stale_epoch_are_refused(
+    cluster: BrokerCluster, leader_moves: LeaderMoves
+) -> None:
     leader = cluster.leader(TOPIC)
     follower = next(b for b in (101, 102, 103) if b != leader)
     epoch = cluster.describe(TOPIC).leader_epoch
@@ -222,10 +265,11 @@ def test_admin_calls_through_a_broker_reach_the_controller(cluster: BrokerCluste
         assert admin.describe_topics([TOPIC])[0].partitions[0].replicas == (101, 102, 103)
 
 
-def test_offsets_for_leader_epoch(cluster: BrokerCluster) -> None:
+def test_offsets_for_leader_epoch(cluster: BrokerCluster, leader_moves: LeaderMoves) -> None:
     """The leader answers the end of an epoch from its leader-epoch cache (KIP-101/KIP-279): after the
-    controlled shutdown above, epoch 0 wrote offset 0, epoch 1 (the other leader) offset 1, and epoch
-    2 runs to the log end offset. A stale current epoch is fenced."""
+    two leader changes of ``leader_moves``, the first epoch ends after its last record, the second
+    (the other leader) after its one record, and the latest runs to the log end offset. A stale
+    current epoch is fenced."""
     import grpc
 
     from proto import replica_pb2, replica_pb2_grpc
@@ -244,9 +288,10 @@ def test_offsets_for_leader_epoch(cluster: BrokerCluster) -> None:
             )
             return stub.OffsetsForLeaderEpoch(request, timeout=10).topics[0].partitions[0]
 
-        first, second = ask(0), ask(1)
-        assert (first.error.code, first.leader_epoch, first.end_offset) == (0, 0, 1)
-        assert (second.error.code, second.leader_epoch, second.end_offset) == (0, 1, 2)
+        (e0, e1, _), (o0, o1) = leader_moves.epochs, leader_moves.offsets
+        first, second = ask(e0), ask(e1)
+        assert (first.error.code, first.leader_epoch, first.end_offset) == (0, e0, o0 + 1)
+        assert (second.error.code, second.leader_epoch, second.end_offset) == (0, e1, o1 + 1)
         latest = ask(current)
-        assert latest.leader_epoch == current and latest.end_offset >= 2
-        assert ask(0, current - 1).error.code == ErrorCode.FENCED_LEADER_EPOCH
+        assert latest.leader_epoch == current and latest.end_offset >= o1 + 1
+        assert ask(e0, current - 1).error.code == ErrorCode.FENCED_LEADER_EPOCH
