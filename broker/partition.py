@@ -19,7 +19,9 @@ watermark is, whether a request's leader epoch is current, and which ISR change 
   ISR (committed plus proposed, KIP-497): an expansion counts the joining follower at once, a shrink
   counts the leaving ones until committed. Shrink: a follower that has not caught up to the leader's
   LEO within ``replica_lag_time_max_ms``. Expand: a follower whose LEO reached both the HW and the
-  leader's start offset of the current epoch.
+  leader's start offset of the current epoch, and that is eligible per the metadata image (not
+  fenced, not shutting down, fetching with its current broker epoch: ``isr_ineligibility``).
+  Proposals carry each member's broker epoch (KIP-903).
 - **Follower.** ``HW = min(leader's HW, own LEO)``, never lowered by the leader's answer (a new leader's
   HW may briefly lag the committed end this replica already knows).
 - **Epochs.** A request carrying an older leader epoch gets FENCED_LEADER_EPOCH, a newer one
@@ -34,11 +36,12 @@ Not thread-safe: one driver owns each ``Partition``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from broker import divergence
 from broker.divergence import EpochEndOffset, EpochEntry
+from metadata.image import BrokerRegistration, isr_ineligibility
 from proto.errors import ErrorCode
 
 NO_LEADER = -1
@@ -77,14 +80,26 @@ class RemoteReplicaState:
 
 @dataclass(frozen=True, slots=True)
 class AlterPartitionProposal:
-    """An ISR change for the driver to send to the controller (AlterPartition)."""
+    """An ISR change for the driver to send to the controller (AlterPartition).
+
+    KIP-903: each member comes with the broker epoch the leader recorded from its fetches (the
+    leader's own from the metadata image; NO_EPOCH when not known), so the controller can refuse a
+    member whose fetches came from another incarnation of the broker."""
 
     topic: str
     partition: int
     leader_id: int
     leader_epoch: int
     partition_epoch: int  # the epoch the proposal is based on; the controller refuses a stale one
-    new_isr: tuple[int, ...]
+    new_isr_with_epochs: tuple[tuple[int, int], ...]  # (broker id, broker epoch), by broker id
+
+    @property
+    def new_isr(self) -> tuple[int, ...]:
+        return tuple(broker_id for broker_id, _ in self.new_isr_with_epochs)
+
+
+# Looks a broker up in the current metadata image (Kafka's metadata cache); None: not registered.
+BrokerLookup = Callable[[int], BrokerRegistration | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +162,15 @@ class Partition:
         *,
         replica_lag_time_max_ms: int,
         min_insync_replicas: int,
+        broker_lookup: BrokerLookup | None = None,
     ) -> None:
+        """``broker_lookup`` reads broker registrations from the current metadata image: with it, a
+        follower joins the ISR only while eligible (``isr_ineligibility``) and proposals carry the
+        leader's own broker epoch; without it (a test of the offset arithmetic alone) every caught-up
+        follower is eligible."""
         assert replica_lag_time_max_ms > 0, f"replica_lag_time_max_ms={replica_lag_time_max_ms}"
         assert min_insync_replicas >= 1, f"min_insync_replicas={min_insync_replicas}"
+        self.broker_lookup = broker_lookup
         self.topic = topic
         self.partition = partition
         self.local_broker_id = local_broker_id
@@ -549,7 +570,21 @@ class Partition:
         log_end_offset = remote.log_end_offset
         if log_end_offset < self.high_watermark or log_end_offset < self.leader_epoch_start_offset:
             return None
+        if self.isr_ineligibility(replica_id) is not None:
+            return None  # the controller would refuse it: no AlterPartition per fetch
         return self._propose(self.isr | {replica_id})
+
+    def isr_ineligibility(self, replica_id: int) -> str | None:
+        """Why the follower may not join the ISR now, or None (Kafka's ``isReplicaIsrEligible``).
+
+        Per the metadata image: registered, not fenced, not in controlled shutdown, and the broker
+        epoch of its fetches (recorded in its remote state) is its current registration's — a fetch
+        from an older incarnation, which may have lost data, proves nothing (KIP-903)."""
+        if self.broker_lookup is None:
+            return None
+        remote = self._remote.get(replica_id)
+        fetched_epoch = NO_EPOCH if remote is None else remote.broker_epoch
+        return isr_ineligibility(replica_id, self.broker_lookup(replica_id), fetched_epoch)
 
     def _propose(self, new_isr: frozenset[int]) -> AlterPartitionProposal:
         self.pending_isr = AlterPartitionProposal(
@@ -558,9 +593,18 @@ class Partition:
             self.local_broker_id,
             self.leader_epoch,
             self.partition_epoch,
-            tuple(sorted(new_isr)),
+            tuple((replica_id, self._broker_epoch_of(replica_id)) for replica_id in sorted(new_isr)),
         )
         return self.pending_isr
+
+    def _broker_epoch_of(self, replica_id: int) -> int:
+        """The broker epoch to send for an ISR member: a follower's from its fetches, ours from the
+        metadata image; NO_EPOCH when not known (the controller accepts that only for members already
+        in the ISR)."""
+        if replica_id != self.local_broker_id:
+            return self._remote[replica_id].broker_epoch
+        registered = None if self.broker_lookup is None else self.broker_lookup(replica_id)
+        return NO_EPOCH if registered is None else registered.broker_epoch
 
     def handle_alter_partition_response(
         self,

@@ -60,7 +60,11 @@ handler awaits a future the driver resolves when the operation completes or expi
 
 Follower fetch (ReplicaService.Fetch, on the leader)
 ----------------------------------------------------
-Refuse a ``broker_epoch`` older than the image's registration of ``replica_id`` (STALE_BROKER_EPOCH).
+Refuse a ``broker_epoch`` older than the image's registration of ``replica_id`` (STALE_BROKER_EPOCH),
+checked again when a parked fetch completes. The partition records the fetch's broker epoch; it
+proposes an ISR expansion only for an eligible follower (``Partition.isr_ineligibility``: per the
+image, not fenced, not shutting down, that broker epoch current) and every proposal carries the
+members' broker epochs (KIP-903).
 Per partition: ``result = partition.handle_follower_fetch(replica_id, fetch_offset,
 last_fetched_epoch, current_leader_epoch, log.leader_epoch_cache.entries, now_ms, broker_epoch)``.
 With an error or a diverging epoch: answer it, no records. Otherwise: if
@@ -152,7 +156,7 @@ from broker.purgatory import (
     ProduceWait,
     TopicPartition,
 )
-from metadata.image import MetadataImage, PartitionRegistration
+from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from proto import errors
 from proto.errors import ErrorCode
 from storage.batch_header import HEADER_SIZE, iter_batches
@@ -383,12 +387,17 @@ class ReplicaManager:
                 tp[0], tp[1], self.broker_id,
                 replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                 min_insync_replicas=self._min_insync_replicas(tp[0]),
+                broker_lookup=self._registered_broker,
             )  # fmt: skip
             self.partitions[tp], self.logs[tp] = partition, plog
             self.producer_states[tp] = PartitionProducerState.open(
                 plog, self.producer_id_expiration_ms, wall_clock_ms()
             )
         return partition, self.logs[tp]
+
+    def _registered_broker(self, broker_id: int) -> BrokerRegistration | None:
+        """The broker's registration in the current image (ISR eligibility, KIP-903 broker epochs)."""
+        return self.image.brokers.get(broker_id)
 
     def _topic_config(self, topic: str, name: str) -> str | None:
         overrides = self.image.topic_overrides(topic)
@@ -738,12 +747,15 @@ class ReplicaManager:
         clock_ms: Callable[[], int],
     ) -> None:
         """Record each follower's LEO (HW and ISR follow), answer records up to the LEO or a diverging
-        epoch; park until some partition has ``min_bytes`` or ``max_wait_ms`` passed."""
-        stale = self._stale_broker_epoch(replica_id, broker_epoch)
+        epoch; park until some partition has ``min_bytes`` or ``max_wait_ms`` passed.
+
+        The broker epoch is checked at every read, parked or not: a fetch parked before the image
+        showed the follower's new incarnation must not record the old incarnation's LEO (KIP-903)."""
 
         def read() -> dict[TP, FetchResult]:
             budget = [max_bytes]
             now = clock_ms()
+            stale = self._stale_broker_epoch(replica_id, broker_epoch)
             if stale is not None:
                 return {item.tp: FetchResult(stale.code, stale.message) for item in items}
             return {

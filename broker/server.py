@@ -469,7 +469,11 @@ class BrokerNode:
         tp = (proposal.topic, proposal.partition)
         item = controller_pb2.AlterPartitionRequest.PartitionState(
             topic_id=topic_id, partition=proposal.partition, leader_epoch=proposal.leader_epoch,
-            partition_epoch=proposal.partition_epoch, new_isr=proposal.new_isr,
+            partition_epoch=proposal.partition_epoch,
+            new_isr_with_epochs=[
+                controller_pb2.AlterPartitionRequest.BrokerState(broker_id=b, broker_epoch=e)
+                for b, e in proposal.new_isr_with_epochs
+            ],
         )  # fmt: skip
         while self.manager.pending_proposal(tp) == proposal:
             request = controller_pb2.AlterPartitionRequest(

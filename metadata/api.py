@@ -146,13 +146,28 @@ class BrokerHeartbeatResponse:
     should_shut_down: bool = False
 
 
+NO_BROKER_EPOCH = -1  # BrokerState: the leader has not seen this member's broker epoch
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerState:
+    """KIP-903: an ISR member and the broker epoch the leader saw in its fetches."""
+
+    broker_id: int
+    broker_epoch: int = NO_BROKER_EPOCH
+
+
 @dataclass(frozen=True, slots=True)
 class AlterPartitionItem:
     topic_id: str
     partition: int
     leader_epoch: int
     partition_epoch: int
-    new_isr: tuple[int, ...]
+    new_isr_with_epochs: tuple[BrokerState, ...]
+
+    @property
+    def new_isr(self) -> tuple[int, ...]:
+        return tuple(member.broker_id for member in self.new_isr_with_epochs)
 
 
 @dataclass(frozen=True, slots=True)

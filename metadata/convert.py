@@ -14,6 +14,7 @@ from metadata.api import (
     AlterPartitionRequest,
     ApiError,
     BrokerHeartbeatRequest,
+    BrokerState,
     ElectLeadersRequest,
     NewPartitions,
     NewTopic,
@@ -102,7 +103,13 @@ def heartbeat_request(r: controller_pb2.BrokerHeartbeatRequest) -> BrokerHeartbe
 
 def alter_partition_request(r: controller_pb2.AlterPartitionRequest) -> AlterPartitionRequest:
     items = tuple(
-        AlterPartitionItem(p.topic_id, p.partition, p.leader_epoch, p.partition_epoch, tuple(p.new_isr))
+        AlterPartitionItem(
+            p.topic_id,
+            p.partition,
+            p.leader_epoch,
+            p.partition_epoch,
+            tuple(BrokerState(m.broker_id, m.broker_epoch) for m in p.new_isr_with_epochs),
+        )
         for p in r.partitions
     )
     return AlterPartitionRequest(r.broker_id, r.broker_epoch, items)

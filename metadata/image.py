@@ -76,6 +76,27 @@ class BrokerRegistration:
         return not self.fenced and not self.in_controlled_shutdown
 
 
+def isr_ineligibility(
+    broker_id: int, registered: BrokerRegistration | None, broker_epoch: int | None
+) -> str | None:
+    """Why ``broker_id`` may not be in an ISR, or None: registered, unfenced, not shutting down and —
+    unless ``broker_epoch`` is None (not checked) — ``broker_epoch`` is its registration's (KIP-903: a
+    fetch from another incarnation, which may have lost data, proves nothing). Kafka's
+    ``isReplicaIsrEligible`` on the leader and ``ineligibleReplicasForIsr`` on the controller."""
+    if registered is None:
+        return f"broker {broker_id} is not registered"
+    if registered.fenced:
+        return f"broker {broker_id} is fenced"
+    if registered.in_controlled_shutdown:
+        return f"broker {broker_id} is in controlled shutdown"
+    if broker_epoch is not None and broker_epoch != registered.broker_epoch:
+        return (
+            f"broker {broker_id} fetched with broker epoch {broker_epoch}, its registration has "
+            f"{registered.broker_epoch}"
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionRegistration:
     replicas: tuple[int, ...]

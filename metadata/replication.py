@@ -17,15 +17,23 @@ from collections.abc import Callable, Iterable
 
 from metadata import configs as cfg
 from metadata.api import (
+    NO_BROKER_EPOCH,
     OK,
     AlterPartitionItem,
     AlterPartitionItemResult,
     ApiError,
+    BrokerState,
     Code,
     ElectLeadersRequest,
     ElectLeadersResult,
 )
-from metadata.image import MetadataImage, PartitionRegistration, TopicPartition, changed_partition
+from metadata.image import (
+    MetadataImage,
+    PartitionRegistration,
+    TopicPartition,
+    changed_partition,
+    isr_ineligibility,
+)
 from metadata.partition_change import Election, isr_without, partition_change_builder
 from metadata.placement import PlacementBroker, place_partitions
 from metadata.records import NO_LEADER, PartitionChangeRecord, PartitionRecord
@@ -209,7 +217,11 @@ def alter_partition_item(
     image: MetadataImage, broker_id: int, item: AlterPartitionItem
 ) -> tuple[PartitionChangeRecord | None, AlterPartitionItemResult]:
     """Kafka's rules: only the current leader, with the current leader and partition epochs, may
-    change the ISR; the leader stays in it; members it adds must be usable replicas."""
+    change the ISR; the leader stays in it; every member must be an eligible replica (KIP-903:
+    registered, unfenced, not shutting down, and with the broker epoch the leader saw in its fetches
+    equal to the current registration's — so a fetch from an older incarnation, which may have lost
+    data, never admits a broker to the ISR). A member being added must carry its epoch; -1 (unknown)
+    is accepted only for members already in the ISR (a new leader may not have heard from them yet)."""
 
     def fail(code: int, message: str) -> tuple[None, AlterPartitionItemResult]:
         return None, AlterPartitionItemResult(item.topic_id, item.partition, ApiError(code, message))
@@ -235,12 +247,23 @@ def alter_partition_item(
     outsiders = [r for r in new_isr if r not in p.replicas]
     if outsiders:
         return fail(Code.INVALID_REQUEST, f"ISR members {outsiders} are not replicas {list(p.replicas)}")
-    is_usable = usable_fn(image)
-    ineligible = [r for r in new_isr if r not in p.isr and not is_usable(r)]
+    ineligible = [
+        reason
+        for member in item.new_isr_with_epochs
+        if (reason := _ineligible_reason(image, member, member.broker_id in p.isr)) is not None
+    ]
     if ineligible:
-        return fail(Code.INELIGIBLE_REPLICA, f"brokers {ineligible} are fenced or shutting down")
+        return fail(Code.INELIGIBLE_REPLICA, f"ISR {list(new_isr)} refused: {'; '.join(ineligible)}")
     record = None if new_isr == p.isr else PartitionChangeRecord(item.topic_id, item.partition, isr=new_isr)
     new = p if record is None else changed_partition(p, record)
     return record, AlterPartitionItemResult(
         item.topic_id, item.partition, OK, new.leader, new.isr, new.leader_epoch, new.partition_epoch
     )
+
+
+def _ineligible_reason(image: MetadataImage, member: BrokerState, in_isr: bool) -> str | None:
+    """Why ``member`` may not be in the ISR, or None; an unknown epoch passes only for a member that is
+    already in it (a leader may not have heard from it in its epoch yet)."""
+    unchecked = in_isr and member.broker_epoch == NO_BROKER_EPOCH
+    epoch = None if unchecked else member.broker_epoch
+    return isr_ineligibility(member.broker_id, image.brokers.get(member.broker_id), epoch)

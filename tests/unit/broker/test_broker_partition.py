@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from broker.divergence import EpochEndOffset, EpochEntry
@@ -9,6 +11,7 @@ from broker.partition import (
     ACKS_ALL,
     ACKS_LEADER,
     ACKS_NONE,
+    NO_EPOCH,
     AlterPartitionProposal,
     Partition,
     Role,
@@ -147,7 +150,8 @@ def test_shrink_isr_after_lag_time_then_commit() -> None:
     assert p.high_watermark == 7
     assert p.maybe_shrink_isr(LAG_MS) is None  # within the window granted at become_leader
     proposal = p.maybe_shrink_isr(LAG_MS + 1)
-    assert proposal == AlterPartitionProposal("t", 0, LEADER, 3, 7, (LEADER, F1))
+    assert proposal == AlterPartitionProposal("t", 0, LEADER, 3, 7, ((LEADER, NO_EPOCH), (F1, NO_EPOCH)))
+    assert proposal.new_isr == (LEADER, F1)
     assert p.maybe_shrink_isr(LAG_MS + 2) is None  # one proposal at a time
     assert p.isr == frozenset(REPLICAS)
     assert p.high_watermark == 7
@@ -176,7 +180,7 @@ def test_expand_isr_needs_hw_and_epoch_start() -> None:
     assert p.high_watermark == 10
     assert fetch(p, F2, 9, 2).isr_proposal is None  # below the HW
     result = fetch(p, F2, 10, 3)
-    assert result.isr_proposal == AlterPartitionProposal("t", 0, LEADER, 3, 7, (LEADER, F1, F2))
+    assert result.isr_proposal is not None and result.isr_proposal.new_isr == (LEADER, F1, F2)
     assert p.isr == {LEADER, F1} and p.maximal_isr == set(REPLICAS)
     p.on_local_append(12)
     fetch(p, F1, 12, 4)
@@ -352,3 +356,58 @@ def test_update_config_changes_min_insync_replicas() -> None:
     p.update_config(replica_lag_time_max_ms=LAG_MS, min_insync_replicas=3)
     error = p.check_append(ACKS_ALL)
     assert error is not None and error.code == ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A broker as the metadata image shows it (the fields Partition reads of a BrokerRegistration)."""
+
+    broker_epoch: int
+    fenced: bool = False
+    in_controlled_shutdown: bool = False
+
+
+BROKER_EPOCHS = {LEADER: 10, F1: 11, F2: 20}
+
+ELIGIBILITY = [
+    # F2's registration, the broker epoch of F2's fetches -> why it may not join (None: eligible)
+    pytest.param(Registered(20), 20, None, id="eligible"),
+    pytest.param(Registered(20, fenced=True), 20, "broker 3 is fenced", id="fenced"),
+    pytest.param(Registered(20, in_controlled_shutdown=True), 20, "controlled shutdown", id="shutting-down"),
+    pytest.param(None, 20, "broker 3 is not registered", id="unregistered"),
+    pytest.param(
+        Registered(20), 19, "fetched with broker epoch 19, its registration has 20", id="old-incarnation"
+    ),
+    pytest.param(Registered(20), 21, "fetched with broker epoch 21", id="epoch-not-in-image-yet"),
+    pytest.param(Registered(20), NO_EPOCH, "fetched with broker epoch -1", id="no-epoch"),
+]
+
+
+@pytest.mark.parametrize(("registered", "fetch_epoch", "reason"), ELIGIBILITY)
+def test_isr_expansion_requires_an_eligible_follower(registered, fetch_epoch: int, reason) -> None:
+    """Kafka's isReplicaIsrEligible (KIP-903): a caught-up follower is proposed into the ISR only if
+    the metadata image shows it unfenced, not shutting down, and registered with the broker epoch
+    its fetches carry — otherwise the controller would refuse, once per fetch. Proposals carry each
+    member's broker epoch: a follower's from its fetches, the leader's own from the image."""
+    brokers = {LEADER: Registered(10), F1: Registered(11), F2: registered}
+    p = Partition("t", 0, LEADER, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=2,
+                  broker_lookup=brokers.get)  # fmt: skip
+    assert p.become_leader(3, 7, (LEADER, F1), REPLICAS, 10, 10, 0)
+    entries = (EpochEntry(1, 0), EpochEntry(3, 4))
+    assert p.handle_follower_fetch(F1, 10, 3, 3, entries, 1, broker_epoch=11).isr_proposal is None
+    for now_ms in (2, 3):  # every fetch of a caught-up follower: still no proposal while ineligible
+        result = p.handle_follower_fetch(F2, 10, 3, 3, entries, now_ms, broker_epoch=fetch_epoch)
+        assert result.error is None
+        if reason is not None:
+            assert result.isr_proposal is None and p.pending_isr is None
+            assert reason in (p.isr_ineligibility(F2) or ""), p.isr_ineligibility(F2)
+    if reason is None:
+        assert p.pending_isr == AlterPartitionProposal(
+            "t", 0, LEADER, 3, 7, ((LEADER, 10), (F1, 11), (F2, 20))
+        )
+        return
+    current = max(20, fetch_epoch)  # the image catches up: unfenced, or the new incarnation shows
+    brokers[F2] = Registered(current)
+    result = p.handle_follower_fetch(F2, 10, 3, 3, entries, 4, broker_epoch=current)
+    assert result.isr_proposal is not None and result.isr_proposal.new_isr_with_epochs[-1] == (F2, current)
+    p.invariants()

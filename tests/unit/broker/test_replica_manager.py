@@ -23,6 +23,7 @@ from broker.replica_manager import (
 )
 from metadata.image import MetadataImage
 from metadata.records import (
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
     Endpoint,
@@ -407,3 +408,50 @@ def test_replica_that_led_an_empty_epoch_converges_and_rejoins_the_isr(
     assert answers[KEY].code == ErrorCode.NONE and h.hw(101) == 11
     if 102 not in isr_after:
         assert [p.new_isr for p in h.proposals[101]] == [BROKERS], "B was not proposed back into the ISR"
+
+
+def test_fenced_caught_up_follower_is_not_proposed_into_the_isr(harness: Harness) -> None:
+    """The leader checks eligibility in its metadata image before proposing an ISR expansion (Kafka's
+    isReplicaIsrEligible): a fenced follower that keeps fetching, caught up, triggers no AlterPartition
+    (the controller would refuse each one); once unfenced, its next fetch is proposed, with every
+    member's broker epoch (KIP-903) — the follower's being the one its fetches carry."""
+    h = harness
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, isr=(101, 102)))
+    h.apply(BrokerRegistrationChangeRecord(103, h.image.brokers[103].broker_epoch, fenced=True))
+    h.produce(101, [b"a"], acks=1)
+    for follower in (102, 103, 102, 103, 103, 103):
+        h.replicate(follower)
+    remote = h.managers[101].partitions[KEY].remote_replica(103)
+    assert remote is not None and remote.log_end_offset == 1 == h.hw(101), "103 is caught up"
+    assert h.proposals[101] == [], "a fenced follower was proposed into the ISR"
+    assert "fenced" in (h.managers[101].partitions[KEY].isr_ineligibility(103) or "")
+    h.apply(BrokerRegistrationChangeRecord(103, h.image.brokers[103].broker_epoch, fenced=False))
+    h.replicate(103)
+    epochs = {b: h.image.brokers[b].broker_epoch for b in BROKERS}
+    assert remote.broker_epoch == epochs[103] == h.fetchers[103].by_leader[101].broker_epoch
+    assert [p.new_isr_with_epochs for p in h.proposals[101]] == [tuple(epochs.items())]
+
+
+def test_parked_fetch_from_an_older_incarnation_is_refused(harness: Harness) -> None:
+    """KIP-903: a follower fetch parked on the leader, answered after the image registered a new
+    incarnation of that broker, is refused (STALE_BROKER_EPOCH) instead of recording the old
+    incarnation's fetch offset — that process may have lost the data it claimed to hold."""
+    h = harness
+    h.produce(101, [b"a"], acks=1)
+    for follower in (102, 102):
+        h.replicate(follower)
+    answers: dict = {}
+    item = FetchRequestPartition(KEY, 1, 1 << 20, 0, 0, TOPIC_ID)
+    h.managers[101].fetch_for_follower(
+        102, h.image.brokers[102].broker_epoch, [item], 1 << 20, 1, 5000, h.now_ms, answers.update,
+        lambda: h.now_ms,
+    )  # fmt: skip
+    assert answers == {}, "nothing to read: the fetch is parked"
+    h.apply(
+        RegisterBrokerRecord(
+            102, "inc-102-restarted", (Endpoint("PLAINTEXT", "127.0.0.1", 102),), fenced=False
+        )
+    )
+    h.produce(101, [b"b"], acks=1)  # wakes the parked fetch
+    assert answers[KEY].code == ErrorCode.STALE_BROKER_EPOCH, answers[KEY]
+    assert answers[KEY].records == b""

@@ -10,10 +10,12 @@ import time
 import pytest
 
 from metadata.api import (
+    NO_BROKER_EPOCH,
     AlterableConfig,
     AlterConfigsResource,
     AlterPartitionItem,
     AlterPartitionRequest,
+    BrokerState,
     Code,
     ElectLeadersRequest,
     NewPartitions,
@@ -24,6 +26,15 @@ from metadata.configs import AlterConfigOp
 from metadata.controller import ControllerConfig
 from metadata.partition_change import Election
 from metadata.records import NO_LEADER, ConfigResourceType, encode_batch
+
+
+def members(cluster, *broker_ids: int, unknown: tuple[int, ...] = ()) -> tuple[BrokerState, ...]:
+    """KIP-903 ISR members with their current broker epochs (NO_BROKER_EPOCH for ``unknown`` ones)."""
+    return tuple(
+        BrokerState(b, NO_BROKER_EPOCH if b in unknown else cluster.image.brokers[b].broker_epoch)
+        for b in broker_ids
+    )
+
 
 # ---- CreateTopics --------------------------------------------------------------------------------
 
@@ -298,7 +309,7 @@ def test_unclean_election_when_topic_allows(cluster) -> None:
             AlterPartitionRequest(
                 1,
                 cluster.image.brokers[1].broker_epoch,
-                (AlterPartitionItem(cluster.image.topic_ids["t"], 0, 0, 0, (1,)),),
+                (AlterPartitionItem(cluster.image.topic_ids["t"], 0, 0, 0, members(cluster, 1)),),
             )
         )
     )
@@ -350,7 +361,7 @@ def test_alter_partition_rules(cluster, broker: int, le_delta: int, pe_delta: in
     cluster.register(4)
     cluster.create("t", assignments={0: (1, 2, 3)}, partitions=-1, rf=-1)
     topic_id = cluster.image.topic_ids["t"]
-    item = AlterPartitionItem(topic_id, 0, le_delta, pe_delta, isr)
+    item = AlterPartitionItem(topic_id, 0, le_delta, pe_delta, members(cluster, *isr, unknown=isr[1:]))
     request = AlterPartitionRequest(broker, cluster.image.brokers[broker].broker_epoch, (item,))
     response = cluster.commit(cluster.controller.handle_alter_partition(request))
     (result,) = response.partitions
@@ -369,16 +380,53 @@ def test_alter_partition_refuses_fenced_member_and_stale_broker(cluster) -> None
     e1 = cluster.image.brokers[1].broker_epoch
     cluster.commit(
         cluster.controller.handle_alter_partition(
-            AlterPartitionRequest(1, e1, (AlterPartitionItem(topic_id, 0, 0, 0, (1,)),))
+            AlterPartitionRequest(1, e1, (AlterPartitionItem(topic_id, 0, 0, 0, members(cluster, 1)),))
         )
     )
     cluster.heartbeat(2, cluster.image.brokers[2].broker_epoch, want_fence=True)
     response = cluster.controller.handle_alter_partition(
-        AlterPartitionRequest(1, e1, (AlterPartitionItem(topic_id, 0, 0, 1, (1, 2)),))
+        AlterPartitionRequest(1, e1, (AlterPartitionItem(topic_id, 0, 0, 1, members(cluster, 1, 2)),))
     ).response
     assert response.partitions[0].error.code == Code.INELIGIBLE_REPLICA
     stale = cluster.controller.handle_alter_partition(AlterPartitionRequest(1, e1 - 1, ())).response
     assert stale.error.code == Code.STALE_BROKER_EPOCH
+
+
+KIP903_CASES = [
+    # (member 2's epoch relative to its registration, member 2 fenced / shutting down) -> code
+    pytest.param(0, None, Code.NONE, id="current-epoch"),
+    pytest.param(-1, None, Code.INELIGIBLE_REPLICA, id="older-incarnation"),
+    pytest.param(1, None, Code.INELIGIBLE_REPLICA, id="epoch-not-registered-yet"),
+    pytest.param(None, None, Code.INELIGIBLE_REPLICA, id="added-without-epoch"),
+    pytest.param(0, "fence", Code.INELIGIBLE_REPLICA, id="fenced"),
+    pytest.param(0, "shutdown", Code.INELIGIBLE_REPLICA, id="controlled-shutdown"),
+]
+
+
+@pytest.mark.parametrize(("epoch_delta", "state", "code"), KIP903_CASES)
+def test_alter_partition_checks_broker_epochs_of_isr_members(cluster, epoch_delta, state, code) -> None:
+    """KIP-903: AlterPartition carries each ISR member's broker epoch as the leader saw it in the
+    member's fetches; the controller admits a member only with its current registration's epoch,
+    unfenced and not shutting down (INELIGIBLE_REPLICA otherwise, nothing committed)."""
+    cluster.create("t", assignments={0: (1, 2, 3)}, partitions=-1, rf=-1)
+    topic_id, e1 = cluster.image.topic_ids["t"], cluster.image.brokers[1].broker_epoch
+    shrink = AlterPartitionItem(topic_id, 0, 0, 0, members(cluster, 1, 3))
+    cluster.commit(cluster.controller.handle_alter_partition(AlterPartitionRequest(1, e1, (shrink,))))
+    if state is not None:
+        e2 = cluster.image.brokers[2].broker_epoch
+        cluster.heartbeat(2, e2, **{"want_fence" if state == "fence" else "want_shut_down": True})
+    p = cluster.partition("t")
+    epoch = NO_BROKER_EPOCH if epoch_delta is None else cluster.image.brokers[2].broker_epoch + epoch_delta
+    new_isr = (BrokerState(1, e1), BrokerState(2, epoch), BrokerState(3, NO_BROKER_EPOCH))
+    item = AlterPartitionItem(topic_id, 0, p.leader_epoch, p.partition_epoch, new_isr)
+    response = cluster.commit(
+        cluster.controller.handle_alter_partition(AlterPartitionRequest(1, e1, (item,)))
+    )
+    (result,) = response.partitions
+    assert result.error.code == code, result.error
+    assert cluster.partition("t").isr == ((1, 2, 3) if code == Code.NONE else (1, 3))
+    if code != Code.NONE:
+        assert "broker 2" in result.error.message, result.error.message
 
 
 # ---- ElectLeaders, producer ids -----------------------------------------------------------------
@@ -400,7 +448,7 @@ def test_preferred_leader_election(cluster) -> None:
     p = cluster.partition("t")
     topic_id = cluster.image.topic_ids["t"]
     e2 = cluster.image.brokers[2].broker_epoch
-    item = AlterPartitionItem(topic_id, 0, p.leader_epoch, p.partition_epoch, (2, 1))
+    item = AlterPartitionItem(topic_id, 0, p.leader_epoch, p.partition_epoch, members(cluster, 2, 1))
     cluster.commit(cluster.controller.handle_alter_partition(AlterPartitionRequest(2, e2, (item,))))
     results = cluster.commit(cluster.controller.handle_elect_leaders(request))
     assert results[0].error.code == Code.NONE and results[0].leader == 1

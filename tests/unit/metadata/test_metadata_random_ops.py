@@ -16,10 +16,12 @@ from collections import Counter
 import pytest
 
 from metadata.api import (
+    NO_BROKER_EPOCH,
     AlterableConfig,
     AlterConfigsResource,
     AlterPartitionItem,
     AlterPartitionRequest,
+    BrokerState,
     ElectLeadersRequest,
     NewPartitions,
     NewTopic,
@@ -42,7 +44,15 @@ def _random_alter_partition(h, rng: random.Random):
         return None
     others = [r for r in p.replicas if r != p.leader]
     new_isr = (p.leader, *rng.sample(others, rng.randint(0, len(others))))
-    item = AlterPartitionItem(topic.topic_id, index, p.leader_epoch, p.partition_epoch, new_isr)
+
+    # KIP-903: the broker epochs a leader saw; sometimes unknown, sometimes an older incarnation's.
+    def state(b: int) -> BrokerState:
+        registered = h.image.brokers.get(b)
+        epoch = registered.broker_epoch if registered is not None else NO_BROKER_EPOCH
+        return BrokerState(b, rng.choice([epoch, epoch, NO_BROKER_EPOCH, epoch - 1]))
+
+    new_isr_with_epochs = tuple(state(b) for b in new_isr)
+    item = AlterPartitionItem(topic.topic_id, index, p.leader_epoch, p.partition_epoch, new_isr_with_epochs)
     epoch = h.image.brokers[p.leader].broker_epoch
     return h.controller.handle_alter_partition(AlterPartitionRequest(p.leader, epoch, (item,)))
 
