@@ -151,7 +151,9 @@ def parse_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader,
             raise InvalidRequest(header, f"{name} header tagged fields do not decode: {exc}") from None
     decoder = messages.REQUEST_DECODERS[api_key][api_version]
     try:
-        body = decode_body(decoder, name, buf, pos)
+        # Kafka's broker reads what the schema defines and ignores the rest; librdkafka 2.16's
+        # all-topics Metadata v13 relies on it (a 4-byte-wide null topic count: 3 bytes left over).
+        body = decode_body(decoder, name, buf, pos, exact=False)
     except KafkaDecodeError as exc:
         raise InvalidRequest(header, exc.reason) from None
     return header, body

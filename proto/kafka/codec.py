@@ -248,8 +248,11 @@ def tag_size_error(field: str, tag: int, pos: int, e: int) -> KafkaDecodeError:
 Decoder = Callable[[memoryview, int, int], tuple[Any, int]]
 
 
-def decode_body(decoder: Decoder, what: str, data: bytes | bytearray | memoryview, pos: int = 0) -> Any:
-    """Decode one message filling ``data[pos:]`` exactly; every failure is a ``KafkaDecodeError``."""
+def decode_body(
+    decoder: Decoder, what: str, data: bytes | bytearray | memoryview, pos: int = 0, exact: bool = True
+) -> Any:
+    """Decode one message filling ``data[pos:]`` exactly (``exact=False``: bytes after the message are
+    ignored, as Kafka's broker does with a request); every failure is a ``KafkaDecodeError``."""
     buf = as_view(data)
     end = len(buf)
     try:
@@ -258,7 +261,7 @@ def decode_body(decoder: Decoder, what: str, data: bytes | bytearray | memoryvie
         raise KafkaDecodeError(f"{what}: {exc.reason}") from None
     except (struct.error, IndexError) as exc:
         raise KafkaDecodeError(f"{what}: truncated ({exc})") from None
-    if pos != end:
+    if exact and pos != end:
         raise KafkaDecodeError(f"{what}: {end - pos} bytes left over after the message")
     return value
 
