@@ -19,6 +19,18 @@ Counted as events happen:
   ``Produce``, ``Fetch``, ``ReplicaFetch``, ...): request rates and latencies, timed around each
   gRPC handler by ``RequestTimer`` (a server interceptor), whatever the answer's error code.
 
+The Kafka listener (``broker.network``, ``broker.handlers``), label ``api`` = Kafka's API name
+(``Produce``, ``Fetch``, ``Metadata``, ...):
+
+- ``pykraft_kafka_requests_total``, ``pykraft_kafka_request_latency_seconds`` (from the complete frame
+  to the encoded answer: a long poll or an acks=all wait counts), ``pykraft_kafka_request_bytes_total``
+  and ``pykraft_kafka_response_bytes_total`` (frames with their size prefix);
+- ``pykraft_kafka_request_errors_total`` (labels ``api``, ``error``: Kafka's error name): every
+  non-zero error code in an answer, top-level or per partition;
+- ``pykraft_kafka_connections`` (label ``listener``): open connections, read at scrape time;
+  ``pykraft_kafka_connections_closed_total`` (label ``reason``: the listener's log event, e.g.
+  ``frame_rejected``, ``connection_idle``, ``connection_rejected``) — closes the broker decided.
+
 Consumer groups, for the groups this broker coordinates (``register_group_lag``), read at scrape time:
 
 - ``pykraft_consumer_group_committed_offset`` (labels ``group``, ``topic``, ``partition``);
@@ -113,6 +125,58 @@ class ReplicaCollector(Collector):
 READ_RETRIES = 5
 
 
+class ListenerCollector(Collector):
+    """Open connections per Kafka listener, read at scrape time."""
+
+    def __init__(self, listeners: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        self.listeners = listeners
+
+    def collect(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily(
+            "pykraft_kafka_connections", "Open connections on a Kafka listener", labels=["listener"]
+        )
+        for name, count in sorted(self.listeners()):
+            gauge.add_metric([name], count)
+        return [gauge]
+
+
+class KafkaRequestMetrics:
+    """The Kafka listener's counters (see the module docstring); shared by every listener."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter("pykraft_kafka_requests", "Kafka requests answered or dropped, by API",
+                                ["api"], registry=registry)  # fmt: skip
+        self.errors = Counter("pykraft_kafka_request_errors", "Non-zero error codes in Kafka answers",
+                              ["api", "error"], registry=registry)  # fmt: skip
+        self.latency = Histogram("pykraft_kafka_request_latency_seconds", "Kafka request time, by API",
+                                 ["api"], buckets=LATENCY_BUCKETS_S, registry=registry)  # fmt: skip
+        self.bytes_in = Counter("pykraft_kafka_request_bytes", "Kafka request bytes, by API", ["api"],
+                                registry=registry)  # fmt: skip
+        self.bytes_out = Counter("pykraft_kafka_response_bytes", "Kafka response bytes, by API", ["api"],
+                                 registry=registry)  # fmt: skip
+        self.closes = Counter("pykraft_kafka_connections_closed", "Connections the broker closed, by reason",
+                              ["reason"], registry=registry)  # fmt: skip
+
+    def observe_request(self, api: str, seconds: float, bytes_in: int, bytes_out: int) -> None:
+        self.requests.labels(api).inc()
+        self.latency.labels(api).observe(seconds)
+        self.bytes_in.labels(api).inc(bytes_in)
+        if bytes_out:
+            self.bytes_out.labels(api).inc(bytes_out)
+
+    def observe_errors(self, api: str, errors: Iterable[str]) -> None:
+        for name in errors:
+            self.errors.labels(api, name).inc()
+
+    def observe_close(self, event: str) -> None:
+        self.closes.labels(event).inc()
+
+    def register_listeners(self, listeners: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        """``listeners()`` gives (listener name, open connections) at scrape time."""
+        self.registry.register(ListenerCollector(listeners))
+
+
 class GroupLagCollector(Collector):
     """Committed offsets and lag of the groups coordinated here (see the module docstring)."""
 
@@ -190,6 +254,7 @@ class BrokerMetrics:
             registry=self.registry,
         )
 
+        self.kafka = KafkaRequestMetrics(self.registry)
         self._isr_seen: dict[tuple[str, int], tuple[int, frozenset[int]]] = {}
 
     def register_group_lag(

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 A Kafka request or response on the wire is a *frame*: an int32 size (big-endian, signed) followed by
 that many bytes. The listener only cuts the byte stream into frames, hands each frame to a
-``RequestProcessor`` (``broker.handlers``: parse, dispatch to the API's handler, encode) and writes
-the answers back. It never looks inside a frame beyond its size.
+``RequestProcessor`` (``broker.handlers.processor``: parse, dispatch to the API's handler, encode)
+and writes the answers back — complete frames, size prefix included, so a large Fetch answer is not
+copied once more to prepend it. It never looks inside a frame beyond its size.
 
 Ordering. Clients pipeline (librdkafka keeps up to 5 Produce requests in flight on one connection)
 and match answers to requests by order, not only by correlation id (kafka-python raises
@@ -84,12 +85,13 @@ class Close:
     reason: str
 
 
-Outcome = bytes | Awaitable[bytes] | Close | _Verdict
+Outcome = bytes | bytearray | Awaitable[bytes | bytearray] | Close | _Verdict
 
 
 class RequestProcessor(Protocol):
     def process(self, frame: bytes, client: str) -> Outcome:
-        """Handle one frame (without its size prefix) from ``client`` (``host:port``)."""
+        """Handle one frame (without its size prefix) from ``client`` (``host:port``); an answer is a
+        whole frame, size prefix included."""
         ...
 
 
@@ -114,7 +116,7 @@ class KafkaConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.client = "?"
         self._buffer = bytearray()
-        self._slots: deque[asyncio.Future[bytes] | bytes] = deque()
+        self._slots: deque[asyncio.Future[bytes | bytearray] | bytes | bytearray] = deque()
         self._closed = False
         self._reading_paused = False
         self._writing_paused = False
@@ -188,7 +190,7 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(outcome, Close):
             self.close("connection_closed_by_broker", reason=outcome.reason)
             return
-        if isinstance(outcome, bytes):
+        if isinstance(outcome, (bytes, bytearray)):
             self._slots.append(outcome)
         else:
             future = asyncio.ensure_future(outcome)
@@ -197,7 +199,7 @@ class KafkaConnection(asyncio.Protocol):
         self._write_ready()
         self._update_reading()
 
-    def _on_answer(self, future: asyncio.Future[bytes]) -> None:
+    def _on_answer(self, future: asyncio.Future[bytes | bytearray]) -> None:
         if self._closed:
             return
         if future.cancelled() or future.exception() is not None:
@@ -220,7 +222,7 @@ class KafkaConnection(asyncio.Protocol):
                     return
                 head = head.result()
             slots.popleft()
-            transport.write(len(head).to_bytes(SIZE_BYTES, "big") + head)
+            transport.write(head)
             self.last_active_s = time.monotonic()
 
     def _update_reading(self) -> None:

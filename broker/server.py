@@ -49,13 +49,16 @@ from typing import Any
 import grpc
 
 from broker.broker_service import AdminForwarder, BrokerServicer
-from broker.config import BrokerConfig, BrokerConfigError, config_from
+from broker.config import GRPC_LISTENER, BrokerConfig, BrokerConfigError, KafkaListenerSpec, config_from
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
 from broker.group_lag import RemoteHighWatermarks
 from broker.group_service import GroupDriver, GroupServicer, group_config_from
+from broker.handlers.context import BrokerServices
+from broker.handlers.processor import RequestProcessor, build_handlers
 from broker.log_cleaner import LogCleanerDriver
 from broker.metrics import BrokerMetrics, RequestTimer
+from broker.network import KafkaListener, ListenerSettings
 from broker.partition import AlterPartitionProposal
 from broker.producer_ids import ProducerIdManager, controller_block_allocator
 from broker.replica_manager import ReplicaManager
@@ -74,7 +77,14 @@ from proto import (
     replica_pb2_grpc,
 )
 from proto.errors import ErrorCode
-from proto.listeners import SERVER_OPTIONS, ListenerError, add_grpc_listener, listening_line
+from proto.listeners import (
+    SERVER_OPTIONS,
+    ListenerError,
+    add_grpc_listener,
+    check_bindable,
+    listener_error,
+    listening_line,
+)
 from proto.logfmt import configure_logging, log_event
 from proto.metrics import MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
@@ -89,8 +99,8 @@ SERVICE_NAMES = [
     "pykraft.admin.AdminService",
     "pykraft.group.GroupService",
 ]
-LISTENER_NAME = "PLAINTEXT"
 LISTEN_SETTING = "--listen"
+KAFKA_LISTENING_PREFIX = "KAFKA_LISTENING "  # then NAME://HOST:PORT, the advertised Kafka endpoint
 RETRY_BACKOFF_S = 0.1
 CONTROLLER_CALL_TIMEOUT_S = 5.0
 REREGISTER_CODES = (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED)
@@ -202,6 +212,19 @@ class BrokerNode:
         self.group_lag = RemoteHighWatermarks(self.manager, self.groups.core, self.address_of)
         self.metrics.register_group_lag(self.groups.core, lambda: self.group_lag.high_watermarks)
         self.metrics_endpoint: MetricsEndpoint | None = None
+        self.producer_ids = ProducerIdManager(
+            controller_block_allocator(self.controllers.call, config.node_id, lambda: self.broker_epoch)
+        )
+        # The Kafka protocol (broker.network, broker.handlers): one listener per Kafka listener name.
+        self.services = BrokerServices(
+            config.node_id, self.manager, monotonic_ms, settings.request_timeout_ms, self.producer_ids,
+            groups=self.groups, forward_admin=self.forward_admin,
+        )  # fmt: skip
+        self.handlers = build_handlers(self.services)
+        self.kafka_listeners: list[KafkaListener] = []
+        self.metrics.kafka.register_listeners(
+            lambda: [(k.name, k.open_connections) for k in list(self.kafka_listeners)]
+        )
         self._tasks: list[asyncio.Task] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_ms: int | None = None
@@ -230,11 +253,7 @@ class BrokerNode:
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(
             BrokerServicer(
                 self.manager, monotonic_ms, self.config.settings.request_timeout_ms, lambda: -1,
-                producer_ids=ProducerIdManager(
-                    controller_block_allocator(
-                        self.controllers.call, self.config.node_id, lambda: self.broker_epoch
-                    )
-                ),
+                producer_ids=self.producer_ids,
             ),
             self.server,
         )
@@ -254,15 +273,45 @@ class BrokerNode:
         await self.health.set_serving(False)
         try:
             port = add_grpc_listener(self.server, LISTEN_SETTING, self.config.listen)
+            await self._bind_kafka_listeners()
         except ListenerError:
             await self.server.stop(None)
             self.server = None
+            await self._close_kafka_listeners()
             if self.metrics_endpoint is not None:
                 self.metrics_endpoint.close()
                 self.metrics_endpoint = None
             raise
         self.config = dataclasses.replace(self.config, port=port)
         await self.server.start()
+
+    async def _bind_kafka_listeners(self) -> None:
+        settings = self.config.settings
+        limits = ListenerSettings(
+            settings.socket_request_max_bytes, settings.max_connections, settings.connections_max_idle_ms
+        )
+        for spec in self.config.kafka_listeners:
+            address = f"{spec.host}:{spec.port}"
+            setting = f"listeners {spec.name}://"
+            check_bindable(setting, address)
+            processor = RequestProcessor(self.services, self.handlers, self.metrics.kafka, spec.name)
+            listener = KafkaListener(spec.name, spec.host, spec.port, processor, self.metrics.kafka, limits)
+            try:
+                await listener.start()
+            except OSError as exc:
+                raise listener_error(setting, address, exc) from None
+            self.kafka_listeners.append(listener)
+
+    def kafka_endpoints(self) -> list[tuple[KafkaListenerSpec, int]]:
+        """Each Kafka listener with the port it registers (its advertised one, else the bound one)."""
+        return [
+            (spec, spec.advertised_port or listener.port)
+            for spec, listener in zip(self.config.kafka_listeners, self.kafka_listeners, strict=True)
+        ]
+
+    async def _close_kafka_listeners(self) -> None:
+        for listener in self.kafka_listeners:
+            await listener.close()
 
     async def start(self) -> None:
         """Register, then start the metadata follower, heartbeats and timers (after ``bind``)."""
@@ -310,11 +359,16 @@ class BrokerNode:
 
     async def register(self) -> None:
         host, port = self.config.endpoint  # the advertised listener (default: the listen address)
-        endpoint = metadata_pb2.Endpoint(name=LISTENER_NAME, host=host, port=port)
+        # GRPC first: gRPC callers (replica fetchers, group lag, the admin client) dial a broker's first
+        # endpoint; Kafka Metadata answers pick the endpoint named like the listener asked.
+        endpoints = [metadata_pb2.Endpoint(name=GRPC_LISTENER, host=host, port=port)] + [
+            metadata_pb2.Endpoint(name=spec.name, host=spec.advertised_host, port=kafka_port)
+            for spec, kafka_port in self.kafka_endpoints()
+        ]
         request = controller_pb2.RegisterBrokerRequest(
             broker_id=self.config.node_id,
             incarnation_id=self.incarnation_id,
-            endpoints=[endpoint],
+            endpoints=endpoints,
             rack=self.config.rack,
         )
         while True:
@@ -333,7 +387,8 @@ class BrokerNode:
             await asyncio.sleep(RETRY_BACKOFF_S)
         self.broker_epoch = response.broker_epoch
         self.fetchers.set_broker_epoch(self.broker_epoch)
-        log_event(log, logging.INFO, "registered", broker_epoch=self.broker_epoch, endpoint=f"{host}:{port}")
+        log_event(log, logging.INFO, "registered", broker_epoch=self.broker_epoch,
+                  endpoints=[f"{e.name}://{e.host}:{e.port}" for e in endpoints])  # fmt: skip
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away; wait (bounded) until it says we may stop."""
@@ -347,6 +402,7 @@ class BrokerNode:
             log.warning("controlled shutdown did not finish within %.1f s; stopping anyway", timeout_s)
 
     async def stop(self) -> None:
+        await self._close_kafka_listeners()  # before the logs close: no handler may touch them after
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -578,6 +634,11 @@ async def serve(config: BrokerConfig) -> None:
     await node.bind()
     # What a launcher reads when it asked for port 0 (proto.listeners); before registration, which
     # needs the controllers.
+    # The Kafka endpoints first: a launcher that saw LISTENING finds them already written.
+    for spec, kafka_port in node.kafka_endpoints():
+        print(f"{KAFKA_LISTENING_PREFIX}{spec.name}://{spec.advertised_host}:{kafka_port}", flush=True)
+        log_event(log, logging.INFO, "kafka_listener", listener=spec.name, advertised_port=kafka_port,
+                  bound=f"{spec.host}:{spec.port}", advertised_host=spec.advertised_host)  # fmt: skip
     print(listening_line(node.config.host, node.config.port), flush=True)
     if node.metrics_endpoint is not None:
         print(f"METRICS {node.metrics_endpoint.url}", flush=True)

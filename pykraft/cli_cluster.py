@@ -114,6 +114,9 @@ def cluster_up(args: argparse.Namespace) -> int:
         _say(f"  {spec.name:<14} pid {spec.pid:<8} {spec.address}   log {cluster.log_path(spec)}")
     print(f"bootstrap: {cluster.bootstrap}")
     print(f"export PYKRAFT_BOOTSTRAP={cluster.bootstrap}")
+    if cluster.kafka_bootstrap:
+        print(f"kafka bootstrap: {cluster.kafka_bootstrap}")
+        print(f"export KAFKA_BOOTSTRAP={cluster.kafka_bootstrap}")
     return 0
 
 
@@ -128,15 +131,20 @@ def cluster_status(args: argparse.Namespace) -> int:
         running = cluster.is_running(spec)
         health = "serving" if running and cluster.healthy(spec) else ("not serving" if running else "stopped")
         rows.append({"name": spec.name, "role": spec.role, "node_id": spec.node_id, "pid": spec.pid,
-                     "address": spec.address, "running": running, "health": health})
+                     "address": spec.address, "kafka": spec.kafka_address, "running": running,
+                     "health": health})
     leader = quorum_has_leader(cluster) and active_controller(cluster)
     if args.json:
-        print(json.dumps({"nodes": rows, "active_controller": leader or None}, indent=2))
+        print(json.dumps({"nodes": rows, "active_controller": leader or None,
+                          "kafka_bootstrap": cluster.kafka_bootstrap}, indent=2))
         return 0
-    print(f"{'NAME':<14} {'ROLE':<11} {'PID':<8} {'ADDRESS':<17} HEALTH")
+    print(f"{'NAME':<14} {'ROLE':<11} {'PID':<8} {'ADDRESS':<17} {'KAFKA':<17} HEALTH")
     for r in rows:
         active = " (active controller)" if r["role"] == "controller" and r["node_id"] == leader else ""
-        print(f"{r['name']:<14} {r['role']:<11} {r['pid']:<8} {r['address']:<17} {r['health']}{active}")
+        print(f"{r['name']:<14} {r['role']:<11} {r['pid']:<8} {r['address']:<17} {r['kafka'] or '-':<17} "
+              f"{r['health']}{active}")
+    if cluster.kafka_bootstrap:
+        print(f"kafka bootstrap: {cluster.kafka_bootstrap}")
     return 0 if all(r["running"] for r in rows) else 1
 
 

@@ -11,6 +11,9 @@ pid still belongs to a process started with this data directory (pids are reused
 Tests use ``LocalCluster`` directly: the same code starts, kills (any signal), restarts and stops
 nodes, so the integration tests exercise exactly what users run.
 
+A broker also serves the Kafka protocol on ``kafka_port`` (``--listeners PLAINTEXT://127.0.0.1:PORT``);
+``kafka_bootstrap`` lists them for Kafka clients (confluent-kafka's ``bootstrap.servers``).
+
 A node listens on ``port``; others dial ``advertised_port`` when it is set (e.g. a fault-injecting TCP
 proxy forwarding to ``port``): it goes into the controllers' ``--voters``, the brokers'
 ``--controllers`` and ``--advertised-listener``, and the bootstrap. Health probes use the listen port.
@@ -46,6 +49,7 @@ STOP_TIMEOUT_S = 30.0
 BIND_TIMEOUT_S = 60.0  # from process start to LISTENING (imports on a loaded 2-core machine)
 BIND_ATTEMPTS = 5
 METRICS_PREFIX = "METRICS "
+KAFKA_LISTENING_PREFIX = "KAFKA_LISTENING "  # broker.server's line (not imported: the CLI stays light)
 
 
 @dataclass
@@ -56,6 +60,7 @@ class NodeSpec:
     pid: int = 0
     metrics_port: int = 0  # Prometheus /metrics on 127.0.0.1 (proto.metrics), as reported; -1: off
     advertised_port: int = 0  # the port other nodes and clients dial; 0 = port
+    kafka_port: int = 0  # brokers: the Kafka listener (PLAINTEXT), as reported; 0 until then
 
     @property
     def name(self) -> str:
@@ -69,6 +74,11 @@ class NodeSpec:
     @property
     def listen_address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka_address(self) -> str:
+        """The broker's Kafka listener, for Kafka clients ("" for a controller)."""
+        return f"127.0.0.1:{self.kafka_port}" if self.kafka_port else ""
 
 
 @dataclass
@@ -122,6 +132,11 @@ class LocalCluster:
         nodes = self.broker_nodes or self.controller_nodes
         return ",".join(n.address for n in nodes)
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``bootstrap.servers`` for Kafka clients: every broker's Kafka listener."""
+        return ",".join(n.kafka_address for n in self.broker_nodes if n.kafka_port)
+
     def log_path(self, spec: NodeSpec) -> Path:
         return self.data_dir / "logs" / f"{spec.name}.log"
 
@@ -135,6 +150,8 @@ class LocalCluster:
             cmd += ["--voters", self.voters]
         else:
             cmd += ["--controllers", self.controller_addresses]
+            # Port 0 the first time; a restarted broker keeps the port clients know.
+            cmd += ["--listeners", f"PLAINTEXT://127.0.0.1:{spec.kafka_port}"]
         for key, value in sorted(self.overrides.items()):
             cmd += ["--override", f"{key}={value}"]
         if self.log_level:
@@ -169,6 +186,8 @@ class LocalCluster:
             raise ClusterError(str(exc)) from None
         if spec.metrics_port != METRICS_OFF:
             spec.metrics_port = _metrics_port(self.log_path(spec), start)
+        if spec.role == "broker":
+            spec.kafka_port = _kafka_port(self.log_path(spec), start)
         self.save()
 
     def start_node(self, spec: NodeSpec) -> None:
@@ -180,7 +199,7 @@ class LocalCluster:
         except listeners.PortTakenError as exc:
             if spec.role != "broker" or spec.advertised_port:
                 raise PortsTakenError(f"cannot start {spec.name} on port {spec.port}: {exc}") from None
-            spec.port = 0
+            spec.port = spec.kafka_port = 0
             self._await_listening(spec, self._spawn(spec))
 
     def start(self) -> None:
@@ -326,6 +345,17 @@ class ClusterError(Exception):
 class PortsTakenError(ClusterError):
     """Other processes took the ports the cluster was to use, and it could not pick others itself
     (fixed advertised ports, or out of attempts): start it again with fresh ports."""
+
+
+def _kafka_port(log_path: Path, start: int) -> int:
+    """The port of the broker's ``KAFKA_LISTENING PLAINTEXT://HOST:PORT`` line after ``start`` (printed
+    before ``LISTENING``, so it is there once that one is); 0 when there is none."""
+    with open(log_path, "rb") as f:
+        f.seek(start)
+        for line in f.read().decode(errors="replace").splitlines():
+            if line.startswith(KAFKA_LISTENING_PREFIX + "PLAINTEXT://"):
+                return int(line.rsplit(":", 1)[1])
+    return 0
 
 
 def _metrics_port(log_path: Path, start: int) -> int:

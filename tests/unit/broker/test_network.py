@@ -34,7 +34,7 @@ class FakeProcessor:
             return Close("asked to")
         if body == b"boom":
             raise RuntimeError("handler bug")
-        answer = struct.pack(">i", correlation_id) + body
+        answer = struct.pack(">ii", 4 + len(body), correlation_id) + body
         if body.startswith(b"delay:"):
             delay_s = int(body[6:]) / 1000
 

@@ -1,0 +1,1 @@
+"""Kafka request handlers: one small module per API family, dispatched by ``processor``."""

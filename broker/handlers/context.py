@@ -1,0 +1,69 @@
+"""What a Kafka request handler receives: the request's context and the broker's services."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker.producer_ids import ProducerIdManager
+from broker.replica_manager import ReplicaManager
+from proto.kafka.api import RequestHeader
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    header: RequestHeader
+    client: str  # host:port of the peer
+    listener: str  # the listener name the request came through (Metadata answers its endpoints)
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+@dataclass
+class BrokerServices:
+    """What handlers may call. Add a field for a new kind of handler (groups, admin forwarding)."""
+
+    node_id: int
+    manager: ReplicaManager
+    clock_ms: Callable[[], int]
+    request_timeout_ms: int
+    producer_ids: ProducerIdManager | None = None
+    # The (api key -> (min, max)) this broker advertises: filled by ``processor.build_handlers``.
+    api_versions: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    groups: Any = None  # broker.group_service.GroupDriver, for the group APIs
+    forward_admin: Callable[[str, Any], Awaitable[Any]] | None = None  # admin calls to the controller
+
+
+Handler = Callable[[BrokerServices, RequestContext, Any], Any]
+
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def uuid_of(topic_id: str) -> uuid.UUID:
+    """Our topic id (Kafka's Uuid string: url-safe base64 of 16 bytes, no padding) -> the wire's uuid;
+    "" -> the zero uuid (Kafka's "no id")."""
+    if not topic_id:
+        return ZERO_UUID
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
+
+
+def topic_id_of(value: uuid.UUID) -> str:
+    """The wire's uuid -> our topic id string; the zero uuid -> ""."""
+    if value == ZERO_UUID:
+        return ""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def valid_topic_id(text: str) -> bool:
+    try:
+        return len(base64.urlsafe_b64decode(text + "==")) == 16
+    except (binascii.Error, ValueError):
+        return False

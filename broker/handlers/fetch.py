@@ -1,0 +1,155 @@
+"""Fetch (1), v4-16: consumers read ``[log start, HW)`` of the partitions this broker leads.
+
+The replica manager decides (``fetch_for_consumer``, as for the gRPC Fetch): leadership and the
+client's leader epoch, KIP-320 truncation detection (``last_fetched_epoch`` -> ``diverging_epoch``,
+v12+), OFFSET_OUT_OF_RANGE with the valid range, and the long poll: the request parks in the fetch
+purgatory until ``min_bytes`` are there or ``max_wait_ms`` passed, woken when the HW moves. The
+records go from the log to the answer as stored.
+
+Sessionless, always (KIP-227 is optional for a broker): the answer carries session id 0 and every
+requested partition. librdkafka never opens sessions; kafka-python asks for one (session id 0, epoch
+0) once it infers a broker >= 1.1, and takes session id 0 as "no session" — it then sends full
+requests again. A request naming a session (id != 0) gets FETCH_SESSION_ID_NOT_FOUND, which makes a
+client start over without one. Until transactions exist the last stable offset is the HW and
+``aborted_transactions`` is empty (read_committed reads what read_uncommitted does);
+``preferred_read_replica`` is -1 (no rack-aware follower fetching). Topic ids replace names from v13
+(an unknown id gets UNKNOWN_TOPIC_ID). Fetches from a follower (``replica_id`` >= 0) are the replica
+fetcher's business and move onto this protocol in issue 16; until then such a request closes the
+connection with a log line (no pykraft follower sends one yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from broker.handlers.context import BrokerServices, RequestContext, topic_id_of
+from broker.handlers.metadata import live_brokers
+from broker.network import Close
+from broker.replica_manager import TP, FetchRequestPartition, FetchResult
+from proto.errors import ErrorCode
+from proto.kafka import messages as m
+from proto.kafka.api import ApiKey
+
+TOPIC_IDS_VERSION = 13
+NODE_ENDPOINTS_VERSION = 16
+NO_SESSION = 0
+NO_EPOCH = -1
+NO_PREFERRED_REPLICA = -1
+CONSUMER_REPLICA_IDS = frozenset({-1, -2})  # a consumer; -2 also a debugging consumer (v<15)
+LEADER_HINT_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
+DEFAULT_PARTITION_MAX_BYTES = 1 << 20
+
+
+def handle_fetch(
+    services: BrokerServices, context: RequestContext, request: m.FetchRequest
+) -> m.FetchResponse | Awaitable[m.FetchResponse] | Close:
+    replica_id = request.replica_id if context.version < 15 else request.replica_state.replica_id
+    if replica_id not in CONSUMER_REPLICA_IDS:
+        return Close(f"Fetch from replica {replica_id}: follower fetching over the Kafka protocol is not "
+                     "served yet (followers use the gRPC ReplicaService)")  # fmt: skip
+    if request.session_id != NO_SESSION:
+        return m.FetchResponse(
+            throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=NO_SESSION
+        )
+    image = services.manager.image
+    by_id = context.version >= TOPIC_IDS_VERSION
+    names: list[str | None] = []
+    items = []
+    for t in request.topics:
+        name = t.topic
+        if by_id:
+            topic = image.topics.get(topic_id_of(t.topic_id))
+            name = topic.name if topic is not None else None
+        names.append(name)
+        if name is None:
+            continue
+        items += [
+            FetchRequestPartition(
+                (name, p.partition), p.fetch_offset,
+                p.partition_max_bytes if p.partition_max_bytes > 0 else DEFAULT_PARTITION_MAX_BYTES,
+                p.current_leader_epoch if p.current_leader_epoch >= 0 else None,
+                p.last_fetched_epoch if p.last_fetched_epoch >= 0 else None,
+            )
+            for p in t.partitions
+        ]
+    future: asyncio.Future[dict[TP, FetchResult]] = asyncio.get_running_loop().create_future()
+
+    def answer(results: dict[TP, FetchResult]) -> None:
+        if not future.done():
+            future.set_result(results)
+
+    max_wait_ms = min(max(request.max_wait_ms, 0), services.request_timeout_ms)
+    services.manager.fetch_for_consumer(
+        items, request.max_bytes if request.max_bytes > 0 else (1 << 31) - 1, request.min_bytes,
+        max_wait_ms, services.clock_ms(), answer,
+    )  # fmt: skip
+    if future.done():
+        return _response(services, context, request, names, future.result())
+    return _later(services, context, request, names, future)
+
+
+async def _later(
+    services: BrokerServices,
+    context: RequestContext,
+    request: m.FetchRequest,
+    names: list[str | None],
+    future: asyncio.Future[dict[TP, FetchResult]],
+) -> m.FetchResponse:
+    return _response(services, context, request, names, await future)
+
+
+def _response(
+    services: BrokerServices,
+    context: RequestContext,
+    request: m.FetchRequest,
+    names: list[str | None],
+    results: dict[TP, FetchResult],
+) -> m.FetchResponse:
+    leaders: set[int] = set()
+    topics = []
+    for t, name in zip(request.topics, names, strict=True):
+        if name is None:
+            partitions = [_unknown_topic_id(p.partition) for p in t.partitions]
+        else:
+            partitions = [
+                _partition(p.partition, results[(name, p.partition)], leaders) for p in t.partitions
+            ]
+        topics.append(m.FetchResponseFetchableTopicResponse(topic=name or "", topic_id=t.topic_id,
+                                                            partitions=partitions))  # fmt: skip
+    response = m.FetchResponse(throttle_time_ms=0, error_code=0, session_id=NO_SESSION, responses=topics)
+    if leaders and context.version >= NODE_ENDPOINTS_VERSION:
+        response.node_endpoints = [
+            m.FetchResponseNodeEndpoint(node_id=i, host=h, port=p, rack=r or None)
+            for i, h, p, r in live_brokers(services.manager.image, context.listener)
+            if i in leaders
+        ]
+    return response
+
+
+def _partition(index: int, r: FetchResult, leaders: set[int]) -> m.FetchResponsePartitionData:
+    out = m.FetchResponsePartitionData(
+        partition_index=index, error_code=r.code, high_watermark=r.high_watermark,
+        last_stable_offset=r.high_watermark, log_start_offset=r.log_start_offset,
+        aborted_transactions=[], preferred_read_replica=NO_PREFERRED_REPLICA, records=r.records,
+    )  # fmt: skip
+    if r.diverging_epoch is not None:
+        out.diverging_epoch = m.FetchResponseEpochEndOffset(
+            epoch=r.diverging_epoch.leader_epoch, end_offset=r.diverging_epoch.end_offset
+        )
+    if r.code in LEADER_HINT_CODES and r.leader_id >= 0:
+        out.current_leader = m.FetchResponseLeaderIdAndEpoch(
+            leader_id=r.leader_id, leader_epoch=r.leader_epoch
+        )
+        leaders.add(r.leader_id)
+    return out
+
+
+def _unknown_topic_id(index: int) -> m.FetchResponsePartitionData:
+    return m.FetchResponsePartitionData(
+        partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_ID, high_watermark=-1,
+        last_stable_offset=-1, log_start_offset=-1, records=None,
+    )  # fmt: skip
+
+
+HANDLERS = {ApiKey.FETCH: handle_fetch}

@@ -1,0 +1,177 @@
+"""The request processor of the Kafka listener: parse, dispatch by API key, encode, measure.
+
+The listener (``broker.network``) hands each complete frame to ``RequestProcessor.process``, which
+parses it with the generated codec (``proto.kafka.api.parse_request``), calls the API's handler and
+encodes the answer (``encode_response``). The generated layer stops here: a handler turns the decoded
+request into calls on the replica manager (exactly as the gRPC ``broker.broker_service`` does), the
+producer-id manager, ... and builds the response object from what they return; no wire struct goes
+further in. ``records`` stay the bytes of the frame (a memoryview) on the way in and the log's bytes on
+the way out.
+
+A handler is ``handler(services, context, request)`` and returns the response object, an awaitable of
+it (an acks=all Produce, a long-polling Fetch: the listener keeps answering in request order),
+``NO_RESPONSE`` (acks=0) or ``Close(reason)``. Its synchronous part runs when the frame arrives, in
+arrival order per connection (a Produce appends right then, so pipelined batches keep their order).
+
+Registering more APIs (groups, admin): write a module with ``HANDLERS = {ApiKey.X: handle_x, ...}``
+and add it to ``HANDLER_MODULES`` below — that one line makes the processor dispatch to them and
+ApiVersions advertise them (the codec's ``SUPPORTED_VERSIONS`` range of each registered key). What a
+handler needs from the broker is a field of ``BrokerServices``.
+
+Protocol errors (KIP-511 and Kafka's ``SocketServer``): an unknown API key closes the connection; an
+ApiVersions request of a version we do not serve gets UNSUPPORTED_VERSION in a v0 body listing
+ApiVersions' own range (the client retries with a version it finds there), socket open; any other
+unsupported version, or a request that does not decode, closes the connection with a log line (the
+codec has no encoder for a version outside the schema's range, and Kafka does the same).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Iterator
+from typing import Any
+
+from broker.handlers import api_versions, fetch, metadata, offsets, produce, producer_id
+from broker.handlers.context import BrokerServices, Handler, RequestContext
+from broker.metrics import KafkaRequestMetrics
+from broker.network import NO_RESPONSE, Close, Outcome
+from proto.errors import ErrorCode
+from proto.kafka import messages
+from proto.kafka.api import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    InvalidRequest,
+    RequestHeader,
+    UnknownApiKey,
+    UnsupportedVersion,
+    encode_response_frame,
+    parse_request,
+)
+from proto.kafka.codec import KafkaDecodeError
+from proto.logfmt import log_event
+
+log = logging.getLogger(__name__)
+
+# One entry per handler module (see the module docstring).
+HANDLER_MODULES = (api_versions, metadata, produce, fetch, offsets, producer_id)
+
+SIZE_PREFIX_BYTES = 4
+
+
+def build_handlers(services: BrokerServices) -> dict[int, Handler]:
+    """The dispatch table of every registered module; sets ``services.api_versions`` to what it serves
+    (the codec's range for each key a handler exists for)."""
+    table: dict[int, Handler] = {}
+    for module in HANDLER_MODULES:
+        for key, handler in module.HANDLERS.items():
+            assert key not in table, f"API {ApiKey(key).name} has two handlers"
+            assert key in SUPPORTED_VERSIONS, f"API {ApiKey(key).name} has a handler but no schema"
+            table[int(key)] = handler
+    services.api_versions = {key: SUPPORTED_VERSIONS[key] for key in sorted(table)}
+    return table
+
+
+def api_name(api_key: int) -> str:
+    try:
+        return "".join(word.capitalize() for word in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return str(api_key)
+
+
+_API_NAMES = {int(key): api_name(key) for key in ApiKey}
+
+
+def error_names(response: Any) -> Iterator[str]:
+    """Kafka's name of every non-zero ``error_code`` in a response, top-level or nested."""
+    for name in getattr(response, "__slots__", ()):
+        value = getattr(response, name)
+        if name == "error_code":
+            if value:
+                try:
+                    yield ErrorCode(value).name
+                except ValueError:
+                    yield str(value)
+        elif isinstance(value, list):
+            for item in value:
+                if hasattr(item, "__slots__"):
+                    yield from error_names(item)
+        elif hasattr(value, "__slots__") and not isinstance(value, (bytes, memoryview)):
+            yield from error_names(value)
+
+
+class RequestProcessor:
+    """Parse, dispatch, encode, measure: the ``broker.network.RequestProcessor`` of one listener."""
+
+    def __init__(
+        self,
+        services: BrokerServices,
+        handlers: dict[int, Handler],
+        metrics: KafkaRequestMetrics,
+        listener: str,
+    ) -> None:
+        self.services = services
+        self.handlers = handlers
+        self.metrics = metrics
+        self.listener = listener
+
+    def process(self, frame: bytes, client: str) -> Outcome:
+        start = time.perf_counter()
+        try:
+            header, request = parse_request(frame)
+        except UnknownApiKey as exc:
+            return Close(f"unknown API key {exc.api_key} (correlation id {exc.correlation_id})")
+        except UnsupportedVersion as exc:
+            return self._unsupported_version(exc.header)
+        except InvalidRequest as exc:
+            h = exc.header
+            if h is None:
+                return Close(f"request does not decode: {exc}")
+            return Close(f"{api_name(h.api_key)} v{h.api_version} (correlation id {h.correlation_id}) "
+                         f"does not decode: {exc}")  # fmt: skip
+        except KafkaDecodeError as exc:
+            return Close(f"request header does not decode: {exc}")
+        handler = self.handlers.get(header.api_key)
+        if handler is None:  # not advertised, but a client may try it anyway
+            return Close(f"{api_name(header.api_key)} is not served by this broker (see ApiVersions)")
+        result = handler(self.services, RequestContext(header, client, self.listener), request)
+        if result is NO_RESPONSE or isinstance(result, Close):
+            self._observe(header.api_key, start, len(frame), 0, None)
+            return result
+        if inspect.isawaitable(result):
+            return self._finish_later(header, result, start, len(frame))
+        return self._encode(header, result, start, len(frame))
+
+    async def _finish_later(self, header: RequestHeader, pending: Awaitable[Any], start: float,
+                            size: int) -> bytearray:  # fmt: skip
+        return self._encode(header, await pending, start, size)
+
+    def _encode(self, header: RequestHeader, response: Any, start: float, size: int) -> bytearray:
+        data = encode_response_frame(header, response)
+        self._observe(header.api_key, start, size, len(data), response)
+        return data
+
+    def _observe(self, api_key: int, start: float, size: int, sent: int, response: Any) -> None:
+        api = _API_NAMES.get(api_key, str(api_key))
+        self.metrics.observe_request(api, time.perf_counter() - start, size + SIZE_PREFIX_BYTES, sent)
+        if response is not None:
+            self.metrics.observe_errors(api, error_names(response))
+
+    def _unsupported_version(self, header: RequestHeader) -> Outcome:
+        name = api_name(header.api_key)
+        if header.api_key != ApiKey.API_VERSIONS:
+            low, high = self.services.api_versions.get(header.api_key, (None, None))
+            return Close(f"{name} v{header.api_version} is not supported (this broker serves "
+                         f"v{low}-v{high}; see ApiVersions)")  # fmt: skip
+        log_event(log, logging.INFO, "unsupported_api_versions_version", version=header.api_version)
+        low, high = SUPPORTED_VERSIONS[ApiKey.API_VERSIONS]
+        response = messages.ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION,
+            api_keys=[api_versions.entry(ApiKey.API_VERSIONS, low, high)],
+        )
+        data = encode_response_frame(dataclasses.replace(header, api_version=0), response)
+        self.metrics.observe_request(name, 0.0, 0, len(data))
+        self.metrics.observe_errors(name, [ErrorCode.UNSUPPORTED_VERSION.name])
+        return data
