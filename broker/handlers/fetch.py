@@ -24,9 +24,11 @@ import asyncio
 from collections.abc import Awaitable
 
 from broker.handlers.context import BrokerServices, RequestContext, topic_id_of
-from broker.handlers.metadata import live_brokers
+from broker.handlers.metadata import current_leader, live_brokers
 from broker.network import Close
 from broker.replica_manager import TP, FetchRequestPartition, FetchResult
+from metadata.image import MetadataImage
+from metadata.records import NO_LEADER
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
@@ -66,7 +68,8 @@ def handle_fetch(
             continue
         items += [
             FetchRequestPartition(
-                (name, p.partition), p.fetch_offset,
+                (name, p.partition),
+                p.fetch_offset,
                 p.partition_max_bytes if p.partition_max_bytes > 0 else DEFAULT_PARTITION_MAX_BYTES,
                 p.current_leader_epoch if p.current_leader_epoch >= 0 else None,
                 p.last_fetched_epoch if p.last_fetched_epoch >= 0 else None,
@@ -107,13 +110,15 @@ def _response(
     results: dict[TP, FetchResult],
 ) -> m.FetchResponse:
     leaders: set[int] = set()
+    image = services.manager.image
     topics = []
     for t, name in zip(request.topics, names, strict=True):
         if name is None:
             partitions = [_unknown_topic_id(p.partition) for p in t.partitions]
         else:
             partitions = [
-                _partition(p.partition, results[(name, p.partition)], leaders) for p in t.partitions
+                _partition(image, name, p.partition, results[(name, p.partition)], leaders)
+                for p in t.partitions
             ]
         topics.append(m.FetchResponseFetchableTopicResponse(topic=name or "", topic_id=t.topic_id,
                                                             partitions=partitions))  # fmt: skip
@@ -121,13 +126,15 @@ def _response(
     if leaders and context.version >= NODE_ENDPOINTS_VERSION:
         response.node_endpoints = [
             m.FetchResponseNodeEndpoint(node_id=i, host=h, port=p, rack=r or None)
-            for i, h, p, r in live_brokers(services.manager.image, context.listener)
+            for i, h, p, r in live_brokers(image, context.listener)
             if i in leaders
         ]
     return response
 
 
-def _partition(index: int, r: FetchResult, leaders: set[int]) -> m.FetchResponsePartitionData:
+def _partition(
+    image: MetadataImage, name: str, index: int, r: FetchResult, leaders: set[int]
+) -> m.FetchResponsePartitionData:
     out = m.FetchResponsePartitionData(
         partition_index=index, error_code=r.code, high_watermark=r.high_watermark,
         last_stable_offset=r.high_watermark, log_start_offset=r.log_start_offset,
@@ -137,11 +144,11 @@ def _partition(index: int, r: FetchResult, leaders: set[int]) -> m.FetchResponse
         out.diverging_epoch = m.FetchResponseEpochEndOffset(
             epoch=r.diverging_epoch.leader_epoch, end_offset=r.diverging_epoch.end_offset
         )
-    if r.code in LEADER_HINT_CODES and r.leader_id >= 0:
-        out.current_leader = m.FetchResponseLeaderIdAndEpoch(
-            leader_id=r.leader_id, leader_epoch=r.leader_epoch
-        )
-        leaders.add(r.leader_id)
+    if r.code in LEADER_HINT_CODES:
+        leader_id, epoch = current_leader(image, name, index, r.leader_id, r.leader_epoch)
+        if leader_id != NO_LEADER:
+            out.current_leader = m.FetchResponseLeaderIdAndEpoch(leader_id=leader_id, leader_epoch=epoch)
+            leaders.add(leader_id)
     return out
 
 

@@ -39,6 +39,19 @@ def live_brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, in
     return found
 
 
+def current_leader(image: MetadataImage, topic: str, partition: int, leader_id: int, leader_epoch: int
+                   ) -> tuple[int, int]:  # fmt: skip
+    """KIP-951's hint: the leader the replica manager knows, else the metadata image's (a partition
+    not hosted here); (NO_LEADER, -1) when neither knows one."""
+    if leader_id != NO_LEADER:
+        return leader_id, leader_epoch
+    t = image.topic_by_name(topic)
+    reg = t.partitions.get(partition) if t is not None else None
+    if reg is None:
+        return NO_LEADER, -1
+    return reg.leader, reg.leader_epoch
+
+
 def handle_metadata(
     services: BrokerServices, context: RequestContext, request: m.MetadataRequest
 ) -> m.MetadataResponse:

@@ -21,10 +21,11 @@ import asyncio
 from collections.abc import Awaitable
 
 from broker.handlers.context import BrokerServices, RequestContext
-from broker.handlers.metadata import live_brokers
+from broker.handlers.metadata import current_leader, live_brokers
 from broker.network import NO_RESPONSE, Close
 from broker.partition import ACKS_ALL
 from broker.replica_manager import TP, ProduceRequestPartition, ProduceResult
+from metadata.records import NO_LEADER
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
@@ -85,6 +86,7 @@ def _response(
     results: dict[TP, ProduceResult],
 ) -> m.ProduceResponse:
     hints = context.version >= LEADER_HINTS_VERSION
+    image = services.manager.image
     leaders: set[int] = set()
     topics = []
     for t in request.topic_data:
@@ -96,18 +98,20 @@ def _response(
                 log_append_time_ms=r.log_append_time_ms, log_start_offset=r.log_start_offset,
                 error_message=r.message or None,
             )  # fmt: skip
-            if hints and r.code in NEW_LEADER_HINT_CODES and r.leader_id >= 0:
-                out.current_leader = m.ProduceResponseLeaderIdAndEpoch(
-                    leader_id=r.leader_id, leader_epoch=r.leader_epoch
-                )
-                leaders.add(r.leader_id)
+            if hints and r.code in NEW_LEADER_HINT_CODES:
+                leader_id, epoch = current_leader(image, t.name, p.index, r.leader_id, r.leader_epoch)
+                if leader_id != NO_LEADER:
+                    out.current_leader = m.ProduceResponseLeaderIdAndEpoch(
+                        leader_id=leader_id, leader_epoch=epoch
+                    )
+                    leaders.add(leader_id)
             partitions.append(out)
         topics.append(m.ProduceResponseTopicProduceResponse(name=t.name, partition_responses=partitions))
     response = m.ProduceResponse(responses=topics, throttle_time_ms=0)
     if leaders:
         response.node_endpoints = [
             m.ProduceResponseNodeEndpoint(node_id=i, host=h, port=p, rack=r or None)
-            for i, h, p, r in live_brokers(services.manager.image, context.listener)
+            for i, h, p, r in live_brokers(image, context.listener)
             if i in leaders
         ]
     return response
