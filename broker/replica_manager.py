@@ -267,8 +267,12 @@ class ReplicaManager:
         send_alter_partition: Callable[[str, AlterPartitionProposal], None],
         on_deadline: Callable[[int], None],
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.broker_id = broker_id
+        # Wall-clock time for the logs (segment.ms, retention.ms, flush.ms) and producer expiry; the
+        # simulation (tests/sim/broker) passes its virtual clock so that a seed replays exactly.
+        self.clock_ms = clock_ms
         self.data_dir = Path(data_dir)
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.topic_defaults = dict(topic_defaults)
@@ -382,7 +386,7 @@ class ReplicaManager:
     def _open(self, tp: TP) -> tuple[Partition, Log]:
         partition = self.partitions.get(tp)
         if partition is None:
-            plog = Log(self.data_dir / f"{tp[0]}-{tp[1]}", self._log_config(tp[0]))
+            plog = Log(self.data_dir / f"{tp[0]}-{tp[1]}", self._log_config(tp[0]), self.clock_ms)
             partition = Partition(
                 tp[0], tp[1], self.broker_id,
                 replica_lag_time_max_ms=self.replica_lag_time_max_ms,
@@ -391,7 +395,7 @@ class ReplicaManager:
             )  # fmt: skip
             self.partitions[tp], self.logs[tp] = partition, plog
             self.producer_states[tp] = PartitionProducerState.open(
-                plog, self.producer_id_expiration_ms, wall_clock_ms()
+                plog, self.producer_id_expiration_ms, self.clock_ms()
             )
         return partition, self.logs[tp]
 
@@ -522,7 +526,7 @@ class ReplicaManager:
         now (acks 0/1, or nothing to wait for) or when the HW passes every appended batch (acks=all)."""
         results: dict[TP, ProduceResult] = {}
         waits: dict[TopicPartition, ProduceWait] = {}
-        self.maybe_expire_producers(wall_clock_ms())
+        self.maybe_expire_producers(self.clock_ms())
         for item in items:
             result, wait = self._append(item, acks)
             results[item.tp] = result
@@ -566,7 +570,7 @@ class ReplicaManager:
             info = plog.append_as_leader(item.records, partition.leader_epoch)
         except errors.KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
-        pstate.after_append(item.records, segment_before, wall_clock_ms(), first_offset=info.first_offset)
+        pstate.after_append(item.records, segment_before, self.clock_ms(), first_offset=info.first_offset)
         if partition.on_local_append(plog.log_end_offset) is not None:
             self._high_watermark_moved(tp)
         self._complete_fetches(
@@ -584,7 +588,7 @@ class ReplicaManager:
         """A retried batch already in the log: the original's offsets; acks=all waits for its HW."""
         plog = self.logs[tp]
         batch, _ = producer_batches(records)[0]
-        self.producer_states[tp].state.touch(batch.producer_id, wall_clock_ms())
+        self.producer_states[tp].state.touch(batch.producer_id, self.clock_ms())
         log.debug("%s-%d: duplicate batch of producer %d at %d", *tp, batch.producer_id, verdict.first_offset)
         result = ProduceResult(
             ErrorCode.NONE, "", verdict.first_offset, NO_TIMESTAMP, plog.log_start_offset,
@@ -885,7 +889,7 @@ class ReplicaManager:
         elif isinstance(action, TruncateTo):
             if plog.truncate_to(action.offset):
                 log.info("%s-%d: truncated to %d (%s)", *tp, plog.log_end_offset, action.reason)
-                self.producer_states[tp].truncate(wall_clock_ms())
+                self.producer_states[tp].truncate(self.clock_ms())
             if plog.log_start_offset != partition.log_start_offset:
                 partition.on_local_truncate_fully(plog.log_start_offset)
             else:
@@ -904,7 +908,7 @@ class ReplicaManager:
         if records:
             segment_before = plog.segment_base_offsets[-1]
             plog.append_as_follower(records)  # type: ignore[arg-type]
-            self.producer_states[tp].after_append(records, segment_before, wall_clock_ms())
+            self.producer_states[tp].after_append(records, segment_before, self.clock_ms())
             partition.on_local_append(plog.log_end_offset)
         partition.update_follower_high_watermark(action.leader_high_watermark)
         plog.update_high_watermark(partition.high_watermark)

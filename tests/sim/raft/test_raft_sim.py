@@ -41,7 +41,7 @@ def test_seeds_keep_raft_safe_and_live(seed_chunk: list[int]) -> None:
         try:
             run_seed(seed)
         except SimFailure as exc:
-            failures.append(f"{exc}\n  replay: python -m pytest tests/sim/raft --seed {seed}")
+            failures.append(f"{exc}\n  replay: python -m tests.sim.run raft --seed {seed} --trace")
     assert not failures, "\n".join(failures)
 
 
@@ -60,7 +60,7 @@ def test_the_trace_does_not_depend_on_the_process_hash_seed() -> None:
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
         out = subprocess.run(
-            [sys.executable, "-m", "tests.sim.run_raft", "--seed", "77"],
+            [sys.executable, "-m", "tests.sim.run", "raft", "--seed", "77"],
             cwd=root, env=env, capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         hashes.add(re.search(r"trace_hash='([0-9a-f]+)'", out.stdout).group(1))
