@@ -34,6 +34,7 @@ from metadata.records import (
     TopicRecord,
 )
 from proto.errors import ErrorCode
+from storage.epoch_cache import EpochEntry
 from storage.record_batch import build_batch, decode_records
 
 TOPIC, TOPIC_ID = "t", "topic-id-t"
@@ -68,7 +69,9 @@ class FakeFetchers:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, replicas=BROKERS, min_insync: str = "2", **configs: str) -> None:
+    def __init__(
+        self, tmp_path: Path, replicas=BROKERS, min_insync: str = "2", leader_epoch: int = 0, **configs: str
+    ) -> None:
         self.tmp_path = tmp_path
         self.now_ms = 1_000
         self.image = MetadataImage()
@@ -85,7 +88,7 @@ class Harness:
                 ConfigRecord(ConfigResourceType.TOPIC, TOPIC, k.replace("_", "."), v)
                 for k, v in configs.items()
             ),
-            PartitionRecord(TOPIC_ID, 0, tuple(replicas), tuple(replicas), replicas[0]),
+            PartitionRecord(TOPIC_ID, 0, tuple(replicas), tuple(replicas), replicas[0], leader_epoch),
         ]
         self.apply(*records)
         for b in replicas:
@@ -381,33 +384,36 @@ def test_fetch_between_hw_and_leo_is_empty_not_out_of_range(harness: Harness) ->
 
 @pytest.mark.parametrize("isr_after", [BROKERS, (101, 103)], ids=["b-stays-in-isr", "b-was-shrunk-out"])
 def test_replica_that_led_an_empty_epoch_converges_and_rejoins_the_isr(
-    harness: Harness, isr_after: tuple[int, ...]
+    tmp_path: Path, isr_after: tuple[int, ...]
 ) -> None:
-    """Issue 14, defect 1, against the real classes: A, B, C at LEO 10; B leads the next epoch and
-    writes nothing (its epoch cache gets an entry at 10); A leads the epoch after. B, as follower,
-    fetches (offset 10, last epoch = its empty epoch), gets A's diverging epoch ending at 10 and
-    truncates to 10 — which must drop the empty epoch, so that its next fetch agrees with A: B's LEO
-    is recorded, acks=all and the HW progress, and a B shrunk out meanwhile is proposed back in."""
-    h = harness
+    """Issue 14, defect 1, against the real classes: A, B, C at LEO 10 in epoch 4; B leads epoch 5 and
+    writes nothing (its cache gets (5, 10)); A leads epoch 6 (A's cache: (4, 0), (6, 10)). B, as
+    follower, fetches (offset 10, last epoch 5), gets the diverging epoch (4, 10) and truncates to 10
+    — which must drop epoch 5, so that its next fetch agrees with A: B's LEO is recorded, acks=all and
+    the HW progress, and a B shrunk out meanwhile is proposed back in."""
+    h = Harness(tmp_path, leader_epoch=4)
     assert h.produce(101, [b"v%d" % i for i in range(10)]) == {}
     for follower in (102, 103, 102, 103):
         h.replicate(follower)
     assert [h.managers[b].logs[KEY].log_end_offset for b in BROKERS] == [10, 10, 10]
-    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=102))  # B leads epoch 1: writes nothing
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=102))  # B leads epoch 5: writes nothing
     b_log = h.managers[102].logs[KEY]
-    assert (b_log.latest_epoch, b_log.leader_epoch_cache.entries[-1].start_offset) == (1, 10)
-    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=101, isr=isr_after))  # A leads epoch 2
+    assert b_log.leader_epoch_cache.entries == (EpochEntry(4, 0), EpochEntry(5, 10))
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=101, isr=isr_after))  # A leads epoch 6
+    assert h.managers[101].logs[KEY].leader_epoch_cache.entries == (EpochEntry(4, 0), EpochEntry(6, 10))
     answers = h.produce(101, [b"after"])
     for _ in range(3):
         h.replicate(103)
         h.replicate(102)
-    assert b_log.latest_epoch == 2, "B kept the epoch in which it wrote nothing"
+    assert b_log.leader_epoch_cache.entries == (EpochEntry(4, 0), EpochEntry(6, 10)), "B kept epoch 5"
     assert h.values(102) == h.values(101) == [*(b"v%d" % i for i in range(10)), b"after"]
     remote = h.managers[101].partitions[KEY].remote_replica(102)
     assert remote is not None and remote.log_end_offset == 11, "A never recorded B's LEO"
     assert answers[KEY].code == ErrorCode.NONE and h.hw(101) == 11
     if 102 not in isr_after:
         assert [p.new_isr for p in h.proposals[101]] == [BROKERS], "B was not proposed back into the ISR"
+    for manager in h.managers.values():
+        manager.close()
 
 
 def test_fenced_caught_up_follower_is_not_proposed_into_the_isr(harness: Harness) -> None:
