@@ -27,7 +27,6 @@ import os
 import platform
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,22 +43,14 @@ from metadata.api import BrokerHeartbeatRequest, NewTopic, RegisterBrokerRequest
 from metadata.controller import ControllerConfig, QuorumController  # noqa: E402
 from metadata.records import encode_batch  # noqa: E402
 from proto import admin_pb2, controller_pb2, controller_pb2_grpc, metadata_pb2, raft_pb2, raft_pb2_grpc  # noqa: E402
+from proto.listeners import Started, pick_ports, start_on_picked_ports  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 
 ENTRY_BYTES = 100
 ELECTION_TIMEOUT_MS = 500
 HEARTBEAT_MS = 50
 DEADLINE_S = 60.0
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+BIND_ATTEMPTS = 5
 
 
 def machine_info() -> str:
@@ -71,23 +62,44 @@ class Cluster:
     """Three processes of ``module`` (raft.server or metadata.server), killed by pid at the end."""
 
     def __init__(self, tmp: Path, module: str, extra: list[str]) -> None:
-        ports = free_ports(3)
-        self.addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
-        voters = ",".join(f"{i}@{a}" for i, a in self.addresses.items())
-        self.procs = {}
-        for node_id, address in self.addresses.items():
-            cmd = [
-                sys.executable, "-m", module, "--node-id", str(node_id), "--listen", address,
-                "--voters", voters, "--data-dir", str(tmp / f"{module}-{node_id}"),
-                "--election-timeout-ms", str(ELECTION_TIMEOUT_MS),
-                "--heartbeat-interval-ms", str(HEARTBEAT_MS), *extra,
-            ]  # fmt: skip
-            self.procs[node_id] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+        self.tmp, self.module, self.extra = tmp, module, extra
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.channels: dict[int, grpc.Channel] = {}
+        self._assign_ports()
+        # Voters must know each other's ports up front: picked outside the ephemeral range, and all
+        # started again on fresh ones when another process took one first.
+        start_on_picked_ports(
+            lambda: [Started(f"node {i}", self.output(i), self._start(i), self.procs[i].poll)
+                     for i in self.addresses],
+            self._kill_all, self._assign_ports, DEADLINE_S, BIND_ATTEMPTS,
+        )  # fmt: skip
         self.channels = {i: grpc.insecure_channel(a) for i, a in self.addresses.items()}
+
+    def _assign_ports(self) -> None:
+        self.addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(pick_ports(3))}
+
+    def output(self, node_id: int) -> Path:
+        return self.tmp / f"{self.module}-{node_id}.out"
+
+    def _start(self, node_id: int) -> int:
+        voters = ",".join(f"{i}@{a}" for i, a in self.addresses.items())
+        cmd = [
+            sys.executable, "-m", self.module, "--node-id", str(node_id), "--listen", self.addresses[node_id],
+            "--voters", voters, "--data-dir", str(self.tmp / f"{self.module}-{node_id}"),
+            "--election-timeout-ms", str(ELECTION_TIMEOUT_MS),
+            "--heartbeat-interval-ms", str(HEARTBEAT_MS), *self.extra,
+        ]  # fmt: skip
+        with open(self.output(node_id), "ab") as out:
+            start = out.tell()
+            self.procs[node_id] = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        return start
 
     def stop(self) -> None:
         for channel in self.channels.values():
             channel.close()
+        self._kill_all()
+
+    def _kill_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)

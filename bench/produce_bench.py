@@ -31,7 +31,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from proto import broker_pb2, broker_pb2_grpc  # noqa: E402
+from proto.listeners import pick_ports  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 from pykraft.cluster import LocalCluster  # noqa: E402
 from pykraft.consumer import Consumer  # noqa: E402
@@ -60,12 +60,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ---- shared helpers -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -334,8 +328,10 @@ class NatsCluster:
     def __init__(self, binary: str, work: Path) -> None:
         self.binary = binary
         self.work = work
-        self.client_ports = [free_port() for _ in range(3)]
-        self.cluster_ports = [free_port() for _ in range(3)]
+        # nats-server reports no bound port: picked outside the ephemeral range (proto.listeners);
+        # one another process took makes that server exit (its log, nats-N.log, says so).
+        self.client_ports = pick_ports(3)
+        self.cluster_ports = pick_ports(3)
         self.procs: list[subprocess.Popen] = []
 
     @property

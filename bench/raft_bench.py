@@ -25,7 +25,6 @@ import os
 import platform
 import queue
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from proto.listeners import Started, pick_ports, start_on_picked_ports  # noqa: E402
+
 ENTRY_BYTES = 100
 ELECTION_TIMEOUT_MS = 300  # pykraft randomizes in [300, 600) ms
 HEARTBEAT_MS = 50
@@ -45,16 +46,7 @@ PSO_APPEND_PERIOD_S = (
     0.05  # its heartbeat/batch period, = our heartbeat (its default 0.1 s forbids a 0.3 s timeout)
 )
 DEADLINE_S = 60.0
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+BIND_ATTEMPTS = 5
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -82,13 +74,25 @@ def machine_info() -> str:
 
 class PykraftCluster:
     def __init__(self, tmp: Path) -> None:
-        ports = free_ports(3)
-        self.addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
-        self.voters = ",".join(f"{i}@{a}" for i, a in self.addresses.items())
         self.tmp = tmp
         self.procs: dict[int, subprocess.Popen] = {}
+        self._assign_ports()
 
-    def start(self, node_id: int) -> None:
+    def _assign_ports(self) -> None:
+        """Voters must know each other's ports up front: picked outside the ephemeral range."""
+        self.addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(pick_ports(3))}
+        self.voters = ",".join(f"{i}@{a}" for i, a in self.addresses.items())
+
+    def start_all(self) -> None:
+        """Start the three nodes; on a picked port another process took, start over on fresh ones."""
+        start_on_picked_ports(
+            lambda: [Started(f"node {i}", self.tmp / f"n{i}.out", self.start(i), self.procs[i].poll)
+                     for i in self.addresses],
+            self.stop_all, self._assign_ports, DEADLINE_S, BIND_ATTEMPTS,
+        )  # fmt: skip
+
+    def start(self, node_id: int) -> int:
+        """Start (or restart, on its port) one node; the byte of its output file where this run begins."""
         cmd = [
             sys.executable, "-m", "raft.server", "--node-id", str(node_id),
             "--listen", self.addresses[node_id], "--voters", self.voters,
@@ -96,7 +100,10 @@ class PykraftCluster:
             "--election-timeout-ms", str(ELECTION_TIMEOUT_MS), "--heartbeat-interval-ms", str(HEARTBEAT_MS),
             "--snapshot-every-entries", "50000",
         ]  # fmt: skip
-        self.procs[node_id] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+        with open(self.tmp / f"n{node_id}.out", "ab") as out:
+            start = out.tell()
+            self.procs[node_id] = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        return start
 
     def kill(self, node_id: int) -> None:
         self.procs[node_id].send_signal(signal.SIGKILL)
@@ -250,10 +257,10 @@ async def pykraft_failover(cluster: PykraftCluster, client: PykraftClient, trial
 async def run_pykraft(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="raft-bench-") as tmp:
         cluster = PykraftCluster(Path(tmp))
-        client = PykraftClient(cluster.addresses)
+        client: PykraftClient | None = None
         try:
-            for node_id in cluster.addresses:
-                cluster.start(node_id)
+            cluster.start_all()
+            client = PykraftClient(cluster.addresses)
             await client.find_leader()
             await pykraft_throughput(client, 2000, 200, 4)  # warm up
             tput = await pykraft_throughput(client, args.entries, args.batch, args.window)
@@ -261,7 +268,8 @@ async def run_pykraft(args: argparse.Namespace) -> dict:
             lat_in_leader = await pykraft_leader_latency(client, args.latency_samples)
             fail = await pykraft_failover(cluster, client, args.trials)
         finally:
-            await client.close()
+            if client is not None:
+                await client.close()
             cluster.stop_all()
     return {"throughput": tput, "latency": lat, "latency_in_leader": lat_in_leader, "failover": fail}
 
@@ -371,7 +379,7 @@ def _pso_throughput(node, total: int, window: int) -> dict:  # type: ignore[no-u
 
 class PsoCluster:
     def __init__(self, use_batch: bool) -> None:
-        ports = free_ports(3)
+        ports = pick_ports(3)  # PySyncObj reports no bound port: a taken one fails the run loudly
         self.addresses = [f"127.0.0.1:{p}" for p in ports]
         self.use_batch = use_batch
         self.procs: dict[int, subprocess.Popen] = {}

@@ -30,6 +30,7 @@ import random
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -147,6 +148,37 @@ def wait_listening(output: Path, start: int, exit_code: Callable[[], int | None]
         if time.monotonic() > deadline:
             raise NotListeningError(f"{what} did not listen within {timeout_s:.0f} s (see {output})")
         time.sleep(0.02)
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A process just started: where its output goes (from byte ``start``) and how to poll it."""
+
+    name: str
+    output: Path
+    start: int
+    exit_code: Callable[[], int | None]
+
+
+def start_on_picked_ports(start: Callable[[], list[Started]], stop: Callable[[], None],
+                          repick: Callable[[], None], timeout_s: float, attempts: int) -> list[int]:
+    """Start processes that must know each other's picked ports up front (Raft voters); wait until
+    each listens; the ports they report. When one finds its port taken: ``stop()`` them all,
+    ``repick()`` the ports and start again, up to ``attempts`` times (then ``PortTakenError``). Any
+    other failure stops them all too before it propagates."""
+    for attempt in range(1, attempts + 1):
+        started = start()
+        try:
+            return [wait_listening(s.output, s.start, s.exit_code, timeout_s, s.name) for s in started]
+        except PortTakenError:
+            stop()
+            if attempt == attempts:
+                raise
+            repick()
+        except BaseException:  # any other failure: nothing started here may outlive it
+            stop()
+            raise
+    raise AssertionError("unreachable: attempts >= 1")
 
 
 def _read_from(path: Path, start: int) -> str:

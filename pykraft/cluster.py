@@ -174,6 +174,12 @@ class LocalCluster:
         self._procs[spec.name] = proc
         return start
 
+    def _repick_controller_ports(self) -> None:
+        if any(n.advertised_port for n in self.controller_nodes):  # a proxy forwards to the old ports:
+            raise PortsTakenError("a controller's port was taken; start the proxy and cluster again")
+        for spec, port in zip(self.controller_nodes, listeners.pick_ports(self.controllers), strict=True):
+            spec.port = port
+
     def _await_listening(self, spec: NodeSpec, start: int) -> None:
         """Wait for the node's ``LISTENING`` (and ``METRICS``) lines; record the ports it reports.
         Raises ``listeners.PortTakenError`` when another process serves one of its ports."""
@@ -208,21 +214,22 @@ class LocalCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.nodes:
             self.plan()
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            starts = {spec.name: self._spawn(spec) for spec in self.controller_nodes}
-            try:
-                for spec in self.controller_nodes:
-                    self._await_listening(spec, starts[spec.name])
-                break
-            except listeners.PortTakenError as exc:
-                for spec in self.controller_nodes:
-                    self.kill_node(spec)
-                if attempt == BIND_ATTEMPTS or any(n.advertised_port for n in self.controller_nodes):
-                    # A proxy forwards to the ports it was given: its owner must start over.
-                    raise PortsTakenError(f"controllers: {exc} (attempt {attempt})") from None
-                fresh = listeners.pick_ports(self.controllers)
-                for spec, port in zip(self.controller_nodes, fresh, strict=True):
-                    spec.port = port
+        starts: dict[str, int] = {}  # log offsets of the latest attempt
+
+        def spawn_controllers() -> list[listeners.Started]:
+            starts.update({n.name: self._spawn(n) for n in self.controller_nodes})
+            return [listeners.Started(n.name, self.log_path(n), starts[n.name], self._procs[n.name].poll)
+                    for n in self.controller_nodes]  # fmt: skip
+
+        try:
+            listeners.start_on_picked_ports(
+                spawn_controllers, lambda: [self.kill_node(n) for n in self.controller_nodes],
+                self._repick_controller_ports, BIND_TIMEOUT_S, BIND_ATTEMPTS,
+            )  # fmt: skip
+        except listeners.PortTakenError as exc:
+            raise PortsTakenError(f"controllers: {exc} ({BIND_ATTEMPTS} attempts)") from None
+        for spec in self.controller_nodes:
+            self._await_listening(spec, starts[spec.name])  # records what they report (metrics ports)
         starts = {spec.name: self._spawn(spec) for spec in self.broker_nodes}
         for spec in self.broker_nodes:
             try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ import pytest
 
 from proto import broker_pb2, broker_pb2_grpc
 from proto.errors import ErrorCode
+from proto.listeners import pick_ports
 from pykraft.admin import AdminClient
 from storage.record_batch import build_batch, decode_records
 
@@ -94,14 +94,6 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str, inter
             return value
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last error: {last_error})")
-
-
-def free_ports(n: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 # ---- engine and image ---------------------------------------------------------------------------
@@ -289,7 +281,7 @@ class Stack:
 def stack(image: str, tmp_path: Path) -> Iterator[Stack]:
     from testcontainers.compose import DockerCompose
 
-    ports = free_ports(6)
+    ports = pick_ports(6)  # outside the ephemeral range (proto.listeners)
     controller_ports, broker_port_list = ports[:3], ports[3:]
     env_file = tmp_path / "compose.env"
     lines = {

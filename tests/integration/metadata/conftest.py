@@ -20,8 +20,7 @@ def controller_cluster(tmp_path: Path) -> Iterator[Callable[..., ControllerClust
         )
         cluster.tmp.mkdir()
         clusters.append(cluster)
-        for node_id in cluster.ports:
-            cluster.start(node_id)
+        cluster.start_all()
         cluster.leader()
         return cluster
 

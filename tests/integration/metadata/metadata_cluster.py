@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,15 +20,11 @@ from pathlib import Path
 import grpc
 
 from proto import admin_pb2, admin_pb2_grpc, controller_pb2, controller_pb2_grpc, metadata_pb2
+from proto.listeners import Started, pick_ports, start_on_picked_ports
 
 ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+BIND_ATTEMPTS = 5
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05):
@@ -52,11 +47,28 @@ class ControllerCluster:
     ) -> None:
         self.tmp = tmp
         self.extra_args = extra_args
-        self.ports = {i: free_port() for i in range(1, count + 1)}
-        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
+        self.count = count
+        self._assign_ports()
         self.session_timeout_ms = session_timeout_ms
         self.procs: dict[int, subprocess.Popen] = {}
         self._channels: dict[int, grpc.Channel] = {}
+
+    def _assign_ports(self) -> None:
+        """Ports picked outside the ephemeral range (``proto.listeners``): voters must know them all."""
+        self.ports = dict(enumerate(pick_ports(self.count), start=1))
+        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
+
+    def start_all(self) -> None:
+        """Start every controller and wait until each listens; on a picked port another process took
+        first, stop them all and start again on fresh ports (``BIND_ATTEMPTS``)."""
+        start_on_picked_ports(
+            lambda: [Started(f"controller {i}", self.log_path(i), self.start(i), self.procs[i].poll)
+                     for i in self.ports],
+            self.stop_all, self._assign_ports, START_TIMEOUT_S, BIND_ATTEMPTS,
+        )  # fmt: skip
+
+    def log_path(self, node_id: int) -> Path:
+        return self.tmp / f"controller-{node_id}.log"
 
     def address(self, node_id: int) -> str:
         return f"127.0.0.1:{self.ports[node_id]}"
@@ -65,8 +77,10 @@ class ControllerCluster:
     def bootstrap(self) -> str:
         return ",".join(self.address(i) for i in self.ports)
 
-    def start(self, node_id: int) -> None:
-        log = open(self.tmp / f"controller-{node_id}.log", "ab")  # noqa: SIM115 - owned by the process
+    def start(self, node_id: int) -> int:
+        """Start (or restart, on its port) one controller; the byte of its log where its output begins."""
+        log = open(self.log_path(node_id), "ab")  # noqa: SIM115 - owned by the process
+        start = log.tell()
         cmd = [
             sys.executable, "-m", "metadata.server", "--node-id", str(node_id),
             "--listen", self.address(node_id),
@@ -78,6 +92,7 @@ class ControllerCluster:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.procs[node_id] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         log.close()
+        return start
 
     def kill(self, node_id: int, sig: signal.Signals = signal.SIGKILL) -> None:
         proc = self.procs.get(node_id)

@@ -1,6 +1,7 @@
 """A cluster of ``python -m raft.server`` processes on 127.0.0.1 for the Raft integration tests.
 
-Every process is started with a free port and its own temp data directory and is killed by its pid
+Every process is started on a port picked outside the ephemeral range (``start_all`` starts over on
+fresh ports when another process took one) with its own temp data directory and is killed by its pid
 when the test ends (pass or fail). Every wait polls a condition against a deadline. Protocol timeouts
 are short (election 200-400 ms, heartbeat 40 ms) so failover is quick, but RPC deadlines are generous
 enough for a loaded 2-core machine.
@@ -9,7 +10,6 @@ enough for a loaded 2-core machine.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,22 +21,14 @@ import grpc
 
 from proto import raft_pb2, raft_pb2_grpc
 from proto.errors import ErrorCode
+from proto.listeners import Started, pick_ports, start_on_picked_ports
 
 ROOT = Path(__file__).resolve().parents[3]
 ELECTION_TIMEOUT_MS = 200
 HEARTBEAT_MS = 40
 DEADLINE_S = 20.0
 CALL_TIMEOUT_S = 2.0
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+BIND_ATTEMPTS = 5
 
 
 def wait_until(condition: Callable[[], object], what: str, timeout_s: float = DEADLINE_S) -> object:
@@ -62,7 +54,11 @@ class RaftCluster:
     channels: dict[int, grpc.Channel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = free_ports(self.size + self.observers)
+        self._assign_ports()
+
+    def _assign_ports(self) -> None:
+        """Ports picked outside the ephemeral range (``proto.listeners``): voters must know them all."""
+        self.ports = pick_ports(self.size + self.observers)
         self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports[: self.size]))
         self.observer_list = ",".join(
             f"{self.size + i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports[self.size :])
@@ -85,7 +81,8 @@ class RaftCluster:
     def stub(self, node: int) -> raft_pb2_grpc.RaftClientServiceStub:
         return raft_pb2_grpc.RaftClientServiceStub(self.channels[node])
 
-    def start(self, node: int) -> None:
+    def start(self, node: int) -> int:
+        """Start (or restart, on its port) one node; the byte of its log where its output begins."""
         cmd = [
             sys.executable, "-m", "raft.server", "--node-id", str(node), "--listen", self.address(node),
             "--voters", self.voters, "--observers", self.observer_list,
@@ -94,13 +91,23 @@ class RaftCluster:
             "--rpc-timeout-ms", "1000", "--snapshot-every-entries", str(self.snapshot_every),
             "--enable-fault-injection", "--log-level", "INFO",
         ]  # fmt: skip
-        log = open(self.tmp / f"node{node}.log", "ab")  # noqa: SIM115 (closed with the process)
+        log = open(self.log_path(node), "ab")  # noqa: SIM115 (closed with the process)
+        start = log.tell()
         self.procs[node] = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        return start
+
+    def log_path(self, node: int) -> Path:
+        return self.tmp / f"node{node}.log"
 
     def start_all(self) -> None:
-        for node in self.all_ids:
-            self.start(node)
+        """Start every node and wait until each listens; on a picked port another process took
+        first, stop them all and start again on fresh ports (``BIND_ATTEMPTS``)."""
+        start_on_picked_ports(
+            lambda: [Started(f"node {n}", self.log_path(n), self.start(n), self.procs[n].poll)
+                     for n in self.all_ids],
+            self.stop_all, self._assign_ports, DEADLINE_S, BIND_ATTEMPTS,
+        )  # fmt: skip
 
     def signal(self, node: int, sig: signal.Signals) -> None:
         self.procs[node].send_signal(sig)

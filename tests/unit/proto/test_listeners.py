@@ -64,3 +64,54 @@ def test_an_address_that_is_not_ours_is_named() -> None:
 )
 def test_parse_listening(line: str, port: int | None) -> None:
     assert parse_listening(line) == port
+
+
+class FakeProcess:
+    """A process as ``wait_listening`` sees it: output lines written to a file, then maybe an exit."""
+
+    def __init__(self, path, lines: list[str], code: int | None) -> None:
+        path.write_text("".join(line + "\n" for line in lines))
+        self.code = code
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+@pytest.mark.parametrize(
+    ("lines", "code", "outcome"),
+    [
+        (["old run", "LISTENING 127.0.0.1:5"], None, 5),
+        (["pykraft controller: error: --listen 127.0.0.1:9: address already in use (another ...)"], 2,
+         listeners.PortTakenError),
+        (["pykraft broker: error: --data-dir x: not a directory"], 2, listeners.NotListeningError),
+        (["still importing"], None, listeners.NotListeningError),
+    ],
+    ids=["listening", "port-taken", "other-exit", "silent-past-deadline"],
+)
+def test_wait_listening(tmp_path, lines: list[str], code: int | None, outcome) -> None:
+    out = tmp_path / "out"
+    proc = FakeProcess(out, ["LISTENING 127.0.0.1:1", *lines], code)
+    start = len("LISTENING 127.0.0.1:1\n")  # an earlier run's line is not this run's
+    if isinstance(outcome, int):
+        assert listeners.wait_listening(out, start, proc.poll, 0.1, "node") == outcome
+    else:
+        with pytest.raises(outcome, match="node"):
+            listeners.wait_listening(out, start, proc.poll, 0.1, "node")
+
+
+def test_start_on_picked_ports_starts_over_when_a_port_was_taken(tmp_path) -> None:
+    events: list[str] = []
+    outputs = iter([["pykraft controller: error: --listen h:1: address already in use (x)"],
+                    ["LISTENING 127.0.0.1:7"]])  # fmt: skip
+
+    def start() -> list[listeners.Started]:
+        events.append("start")
+        proc = FakeProcess(tmp_path / f"out{len(events)}", next(outputs), None)
+        proc.code = 2 if "error" in (tmp_path / f"out{len(events)}").read_text() else None
+        return [listeners.Started("node", tmp_path / f"out{len(events)}", 0, proc.poll)]
+
+    ports = listeners.start_on_picked_ports(
+        start, lambda: events.append("stop"), lambda: events.append("repick"), 1.0, attempts=3
+    )
+    assert ports == [7]
+    assert events == ["start", "stop", "repick", "start"]

@@ -8,12 +8,12 @@ multi-process behaviour is covered by tests/integration/raft/.
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
 
 from proto import errors
+from proto.listeners import pick_port
 from raft.config import parse_voters
 from raft.driver import DriverConfig, NotLeaderError, RaftDriver
 from raft.messages import NO_NODE
@@ -43,14 +43,8 @@ class ListMachine:
             pos += 12 + size
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def config(tmp_path: Path, voters: str = "", **kwargs: int) -> DriverConfig:
-    voters = voters or f"1@127.0.0.1:{free_port()}"
+    voters = voters or f"1@127.0.0.1:{pick_port()}"
     return DriverConfig(
         node_id=1, voters=parse_voters(voters), data_dir=tmp_path, election_timeout_ms=60,
         heartbeat_interval_ms=10, propose_timeout_s=5.0, seed=7, **kwargs,
@@ -116,7 +110,7 @@ def test_follower_refuses_with_not_leader(tmp_path: Path) -> None:
     its peers are down), never queues the proposal silently."""
 
     async def scenario() -> None:
-        voters = f"1@127.0.0.1:{free_port()},2@127.0.0.1:{free_port()},3@127.0.0.1:{free_port()}"
+        voters = f"1@127.0.0.1:{pick_port()},2@127.0.0.1:{pick_port()},3@127.0.0.1:{pick_port()}"
         driver = RaftDriver(config(tmp_path, voters), ListMachine())
         await driver.start()
         try:

@@ -4,12 +4,12 @@ ordered senders where a dead peer never stalls a live one (issue 3 §3)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import grpc
 import pytest
 
 from proto import raft_pb2_grpc
+from proto.listeners import pick_port
 from proto.serving import GRPC_OPTIONS
 from raft.messages import (
     AppendEntries,
@@ -150,19 +150,12 @@ def test_trim_only_what_this_term_acknowledged(message, ack, trimmed) -> None:
     assert trim_acknowledged(message, *ack) == trimmed
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def start_peer(node_id: int, handle) -> tuple[grpc.aio.Server, int]:
-    port = free_port()
     server = grpc.aio.server(options=GRPC_OPTIONS)
     raft_pb2_grpc.add_RaftServiceServicer_to_server(
         Transport(node_id, {}, lambda m: None).servicer(handle), server
     )
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    port = server.add_insecure_port("127.0.0.1:0")  # the kernel picks: no port taken by someone else
     await server.start()
     return server, port
 
@@ -196,7 +189,7 @@ def test_ordered_delivery_and_dead_peer_isolation() -> None:
         live_server, live_port = await start_peer(2, live)
         hung_server, hung_port = await start_peer(3, hung)
         responses: list[Message] = []
-        peers = {2: f"127.0.0.1:{live_port}", 3: f"127.0.0.1:{hung_port}", 4: f"127.0.0.1:{free_port()}"}
+        peers = {2: f"127.0.0.1:{live_port}", 3: f"127.0.0.1:{hung_port}", 4: f"127.0.0.1:{pick_port()}"}
         transport = Transport(1, peers, responses.append, rpc_timeout_s=0.3)
         transport.start()
         try:
