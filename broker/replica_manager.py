@@ -706,7 +706,8 @@ class ReplicaManager:
     def list_offset(
         self, tp: TP, spec: str, timestamp_ms: int, current_leader_epoch: int | None
     ) -> ListOffsetResult:
-        """EARLIEST = log start offset, LATEST = HW, TIMESTAMP = the time index (below the HW)."""
+        """EARLIEST = log start offset, LATEST = HW, TIMESTAMP = the time index, MAX_TIMESTAMP = the
+        batch with the largest timestamp (both below the HW)."""
         error = self._check_hosted(tp)
         partition = self.partitions.get(tp)
         if error is None and partition is not None:
@@ -721,9 +722,12 @@ class ReplicaManager:
         if spec == "LATEST":
             offset = partition.high_watermark
             return ListOffsetResult(ErrorCode.NONE, offset=offset, leader_epoch=self._epoch_at(plog, offset))
-        if timestamp_ms < 0:
+        if spec == "MAX_TIMESTAMP":  # KIP-734, limited to the HW like every timestamp lookup
+            found = plog.max_timestamp_and_offset()
+        elif timestamp_ms < 0:
             return ListOffsetResult(ErrorCode.INVALID_REQUEST, f"timestamp_ms {timestamp_ms} must be >= 0")
-        found = plog.offset_for_timestamp(timestamp_ms)
+        else:
+            found = plog.offset_for_timestamp(timestamp_ms)
         if found is None or found.offset >= partition.high_watermark:
             return ListOffsetResult(ErrorCode.NONE)  # Kafka's answer: offset -1, timestamp -1
         return ListOffsetResult(

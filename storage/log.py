@@ -377,6 +377,19 @@ class Log:
                     return found
         return None
 
+    def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
+        """ListOffsets MAX_TIMESTAMP (KIP-734): the largest record timestamp at/after the log start and
+        the last offset of the batch carrying it (Kafka's answer before 3.8: batch-level, from the
+        segments' running maxima, no record decoding); None when the log holds no record."""
+        best: TimestampAndOffset | None = None
+        for segment in self._segments:
+            below_start = segment.offset_of_max_timestamp < self._log_start_offset
+            if segment.max_timestamp == NO_TIMESTAMP or below_start:
+                continue
+            if best is None or segment.max_timestamp > best.timestamp:
+                best = TimestampAndOffset(segment.max_timestamp, segment.offset_of_max_timestamp)
+        return best
+
     def _first_record_reaching(
         self, segment: LogSegment, position: int, header: BatchHeader, timestamp: int
     ) -> TimestampAndOffset | None:

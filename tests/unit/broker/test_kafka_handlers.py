@@ -300,3 +300,29 @@ def test_request_metrics(broker: Broker) -> None:
     assert broker.metric("pykraft_kafka_request_latency_seconds_count", api="Metadata") == 1
     assert broker.metric("pykraft_kafka_request_bytes_total", api="Metadata") > 0
     assert broker.metric("pykraft_kafka_response_bytes_total", api="Metadata") > 0
+
+
+def test_list_offsets_max_timestamp_from_v7(broker: Broker) -> None:
+    """KIP-734: timestamp -3 answers the batch holding the largest timestamp (its last offset, as
+    Kafka before 3.8 does); before v7 it is not a valid timestamp."""
+    for stamps in ([1000, 5000], [9000, 2000], [3000]):
+        batch = build_batch([(None, b"v", (), ts) for ts in stamps])
+        data = m.ProduceRequestPartitionProduceData(index=0, records=batch)
+        request = m.ProduceRequest(
+            acks=-1,
+            timeout_ms=1000,
+            topic_data=[m.ProduceRequestTopicProduceData(name="t", partition_data=[data])],
+        )
+        broker.call(ApiKey.PRODUCE, 9, request)
+
+    def max_timestamp(version: int):
+        part = m.ListOffsetsRequestListOffsetsPartition(partition_index=0, timestamp=-3)
+        topic = m.ListOffsetsRequestListOffsetsTopic(name="t", partitions=[part])
+        answer = broker.call(
+            ApiKey.LIST_OFFSETS, version, m.ListOffsetsRequest(replica_id=-1, topics=[topic])
+        )
+        return answer.topics[0].partitions[0]
+
+    found = max_timestamp(7)
+    assert (found.error_code, found.timestamp, found.offset) == (0, 9000, 3)
+    assert max_timestamp(6).error_code == ErrorCode.INVALID_REQUEST
