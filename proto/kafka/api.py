@@ -73,6 +73,7 @@ API_VERSIONS_V0 = 0
 _S_REQUEST_HEADER = struct.Struct(">hhi")
 _S_CORRELATION_ID = struct.Struct(">i")
 REQUEST_HEADER_FIXED_BYTES = _S_REQUEST_HEADER.size
+NEVER_FLEXIBLE = 1 << 15  # above every int16 version
 _UNSUPPORTED_VERSION_BYTES = struct.pack(">h", 35)  # ErrorCode.UNSUPPORTED_VERSION
 
 
@@ -125,38 +126,58 @@ class InvalidRequest(RequestParseError):
 
 
 def parse_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Any]:
-    """Decode one request frame (the bytes after the size prefix) into its header and body."""
+    """Decode one request frame (the bytes after the size prefix) into its header and body.
+
+    Bytes after the body are ignored, as Kafka's broker does: it reads what the schema defines
+    (librdkafka 2.16's all-topics Metadata v13 carries 3 bytes more).
+    """
     buf = as_view(frame)
     end = len(buf)
     if end < REQUEST_HEADER_FIXED_BYTES:
         raise InvalidRequest(None, f"request of {end} bytes is shorter than a request header (8 bytes)")
     api_key, api_version, correlation_id = _S_REQUEST_HEADER.unpack_from(buf, 0)
-    if api_key not in SUPPORTED_VERSIONS:
+    plan = _REQUEST_PLANS.get(api_key)
+    if plan is None:
         raise UnknownApiKey(api_key, correlation_id)
+    low, high, flexible_low, decoders = plan
     try:
         client_id, pos = read_nullable_string(buf, REQUEST_HEADER_FIXED_BYTES, end)
     except (KafkaDecodeError, struct.error) as exc:
         header = RequestHeader(api_key, api_version, correlation_id, None)
-        if not is_supported(api_key, api_version):
+        if not low <= api_version <= high:
             raise UnsupportedVersion(header) from None
         raise InvalidRequest(header, f"request header client_id does not decode: {exc}") from None
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
-    if not is_supported(api_key, api_version):
+    if not low <= api_version <= high:
         raise UnsupportedVersion(header)
-    name = f"{messages.API_NAMES[api_key]}Request v{api_version}"
-    if is_flexible(api_key, api_version):
-        try:
-            pos = skip_tagged_fields(buf, pos, end)
-        except (KafkaDecodeError, IndexError) as exc:
-            raise InvalidRequest(header, f"{name} header tagged fields do not decode: {exc}") from None
-    decoder = messages.REQUEST_DECODERS[api_key][api_version]
     try:
-        # Kafka's broker reads what the schema defines and ignores the rest; librdkafka 2.16's
-        # all-topics Metadata v13 relies on it (a 4-byte-wide null topic count: 3 bytes left over).
-        body = decode_body(decoder, name, buf, pos, exact=False)
+        if api_version >= flexible_low:  # request header v2: its tagged fields (none known)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos, end)
+        body, pos = decoders[api_version](buf, pos, end)
     except KafkaDecodeError as exc:
-        raise InvalidRequest(header, exc.reason) from None
+        raise InvalidRequest(header, f"{_request_name(header)}: {exc.reason}") from None
+    except (struct.error, IndexError) as exc:
+        raise InvalidRequest(header, f"{_request_name(header)}: truncated ({exc})") from None
     return header, body
+
+
+def _request_name(header: RequestHeader) -> str:
+    return f"{messages.API_NAMES[header.api_key]}Request v{header.api_version}"
+
+
+# api key -> (lowest version, highest version, first flexible version, decoders by version)
+_REQUEST_PLANS: dict[int, tuple[int, int, int, tuple]] = {
+    key: (
+        low,
+        high,
+        NEVER_FLEXIBLE if messages.FLEXIBLE_MIN_VERSION[key] is None else messages.FLEXIBLE_MIN_VERSION[key],
+        messages.REQUEST_DECODERS[key],
+    )
+    for key, (low, high) in messages.VALID_VERSIONS.items()
+}
 
 
 def _response_header_flexible(api_key: int, api_version: int) -> bool:

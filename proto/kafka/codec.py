@@ -105,7 +105,11 @@ def read_string(buf: memoryview, pos: int, end: int) -> tuple[str, int]:
 
 
 def read_nullable_compact_string(buf: memoryview, pos: int, end: int) -> tuple[str | None, int]:
-    n, pos = read_uvarint(buf, pos)
+    n = buf[pos]  # one-byte varints inline: most strings are shorter than 127 bytes
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos)
     if n == 0:
         return None, pos
     e = pos + n - 1
@@ -183,7 +187,11 @@ def read_count(buf: memoryview, pos: int, end: int, min_size: int) -> tuple[int,
 def read_compact_count(buf: memoryview, pos: int, end: int, min_size: int) -> tuple[int, int]:
     """A compact array count (varint count + 1); -1 for null."""
     start = pos
-    n, pos = read_uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos)
     n -= 1
     if n > (end - pos) // min_size:
         raise KafkaDecodeError(

@@ -475,6 +475,27 @@ def emit_class(struct_: Struct, em: Emitter, api_key: int | None, valid: Version
     return out
 
 
+def split_fields(s: Struct, v: int) -> tuple[list[Field], list[Field]]:
+    """The fields of version ``v`` in wire order, and its tagged fields in tag order."""
+    present = [f for f in s.fields if f.present(v) and not f.is_tagged(v)]
+    tagged = sorted((f for f in s.fields if f.present(v) and f.is_tagged(v)), key=lambda f: f.tag or 0)
+    return present, tagged
+
+
+def wire_items(fields: list[Field]) -> list[list[Field] | Field]:
+    """Runs of consecutive fixed-size fields (one ``struct.Struct`` each) and single other fields."""
+    items: list[list[Field] | Field] = []
+    for f in fields:
+        if f.element in FIXED and not f.is_array:
+            if items and isinstance(items[-1], list):
+                items[-1].append(f)
+            else:
+                items.append([f])
+        else:
+            items.append(f)
+    return items
+
+
 class CodeGen:
     """Decoder and encoder bodies for one message side."""
 
@@ -510,19 +531,12 @@ class CodeGen:
             return self.em.canonical[name]
         flexible = self.message.is_flexible(v)
         body: list[str] = []
-        present = [f for f in s.fields if f.present(v) and not f.is_tagged(v)]
-        tagged = sorted((f for f in s.fields if f.present(v) and f.is_tagged(v)), key=lambda f: f.tag or 0)
-        i = 0
-        while i < len(present):
-            run = []
-            while i < len(present) and present[i].element in FIXED and not present[i].is_array:
-                run.append(present[i])
-                i += 1
-            if run:
-                self.decode_fixed_run(run, body)
-                continue
-            self.decode_field(s.class_name, present[i], v, flexible, f"f_{present[i].name}", body, "end")
-            i += 1
+        present, tagged = split_fields(s, v)
+        for item in wire_items(present):
+            if isinstance(item, list):
+                self.decode_fixed_run(item, body)
+            else:
+                self.decode_field(s.class_name, item, v, flexible, f"f_{item.name}", body, "end")
         kwargs = ", ".join(f"{f.name}=f_{f.name}" for f in present)
         if flexible and tagged:
             tag_fn = self.tag_decoder(s, v, tagged)
@@ -662,19 +676,12 @@ class CodeGen:
             return self.em.canonical[name]
         flexible = self.message.is_flexible(v)
         body: list[str] = []
-        present = [f for f in s.fields if f.present(v) and not f.is_tagged(v)]
-        tagged = sorted((f for f in s.fields if f.present(v) and f.is_tagged(v)), key=lambda f: f.tag or 0)
-        i = 0
-        while i < len(present):
-            run = []
-            while i < len(present) and present[i].element in FIXED and not present[i].is_array:
-                run.append(present[i])
-                i += 1
-            if run:
-                self.encode_fixed_run(run, body, "out", "o")
-                continue
-            self.encode_field(present[i], v, flexible, f"o.{present[i].name}", body, "out")
-            i += 1
+        present, tagged = split_fields(s, v)
+        for item in wire_items(present):
+            if isinstance(item, list):
+                self.encode_fixed_run(item, body, "out", "o")
+            else:
+                self.encode_field(item, v, flexible, f"o.{item.name}", body, "out")
         if flexible and tagged:
             body.append("tags = []")
             for f in tagged:
