@@ -9,19 +9,17 @@ one line naming the setting and its value, exit status 2, no traceback; the live
 from __future__ import annotations
 
 import contextlib
-import selectors
 import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from proto import serving
-from proto.listeners import ADDRESS_IN_USE, parse_listening, pick_port, pick_ports
+from proto.listeners import ADDRESS_IN_USE, PortTakenError, pick_port, pick_ports, wait_listening
 from pykraft.cluster import LocalCluster
 from tests.integration.broker.broker_cluster import FAST_OVERRIDES
 
@@ -42,21 +40,10 @@ def broker_command(tmp_path: Path, listen: str, *extra: str) -> list[str]:
             *extra]  # fmt: skip
 
 
-def listening_port(proc: subprocess.Popen, timeout_s: float) -> int:
-    """The port of the process's ``LISTENING HOST:PORT`` line (read with a deadline)."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while (left := deadline - time.monotonic()) > 0:
-            if not selector.select(left):
-                continue
-            line = proc.stdout.readline()
-            assert line, f"the process exited ({proc.poll()}) before it printed LISTENING"
-            port = parse_listening(line.decode())
-            if port is not None:
-                return port
-    raise AssertionError(f"no LISTENING line within {timeout_s} s")
+def spawn(command: list[str], output: Path) -> subprocess.Popen:
+    """Start ``command`` with its stdout and stderr in ``output`` (read with ``wait_listening``)."""
+    with open(output, "wb") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -66,8 +53,6 @@ def stop(proc: subprocess.Popen) -> None:
     finally:
         proc.kill()
         proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 @pytest.fixture
@@ -75,13 +60,16 @@ def live_controller(tmp_path: Path) -> Iterator[int]:
     """A one-voter controller on a picked port (picked again if another process took it first)."""
     for _ in range(5):
         port = pick_port()
-        proc = subprocess.Popen(controller_command(tmp_path, f"live-{port}", port), stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)  # fmt: skip
+        output = tmp_path / f"live-{port}.out"
+        proc = spawn(controller_command(tmp_path, f"live-{port}", port), output)
         try:
-            assert listening_port(proc, START_TIMEOUT_S) == port
-        except AssertionError:
+            assert wait_listening(output, 0, proc.poll, START_TIMEOUT_S, "the live controller") == port
+        except PortTakenError:
             stop(proc)
             continue
+        except BaseException:
+            stop(proc)
+            raise
         try:
             yield port
         finally:
@@ -145,10 +133,10 @@ def test_a_busy_metrics_port_is_refused_naming_the_setting(tmp_path: Path, role:
 
 def test_a_broker_on_port_zero_reports_the_port_it_got(tmp_path: Path) -> None:
     """--listen HOST:0: the kernel picks the port and the broker prints it (what launchers read)."""
-    proc = subprocess.Popen(broker_command(tmp_path, "127.0.0.1:0", "--metrics-port", "-1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    output = tmp_path / "broker.out"
+    proc = spawn(broker_command(tmp_path, "127.0.0.1:0", "--metrics-port", "-1"), output)
     try:
-        port = listening_port(proc, START_TIMEOUT_S)
+        port = wait_listening(output, 0, proc.poll, START_TIMEOUT_S, "the broker")
         assert port > 0
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
