@@ -15,6 +15,7 @@ import struct
 import uuid
 from pathlib import Path
 
+import crc32c
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -233,6 +234,21 @@ def test_corrupt_batch_is_refused_and_nothing_appended(broker: Broker) -> None:
     request.topic_data[0].partition_data[0].records = bytes(data)
     answer = broker.call(ApiKey.PRODUCE, 9, request)
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.CORRUPT_MESSAGE
+    assert broker.manager.logs[("t", 0)].log_end_offset == 0
+
+
+def test_a_batch_marked_zstd_whose_payload_is_not_zstd_is_corrupt_message(broker: Broker) -> None:
+    """Issue 14 defect 5: a valid CRC over a payload that does not decompress is refused on produce
+    (Kafka's LogValidator decompresses on the leader); nothing is appended, the partition stays readable."""
+    request = produce("t", [b"a"])
+    batch = bytearray(request.topic_data[0].partition_data[0].records)
+    struct.pack_into(">h", batch, 21, struct.unpack_from(">h", batch, 21)[0] | 4)  # attributes: zstd
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))  # a valid CRC over it
+    request.topic_data[0].partition_data[0].records = bytes(batch)
+    answer = broker.call(ApiKey.PRODUCE, 9, request)
+    result = answer.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.CORRUPT_MESSAGE, result
+    assert "ZSTD" in (result.error_message or "").upper()
     assert broker.manager.logs[("t", 0)].log_end_offset == 0
 
 
