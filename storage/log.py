@@ -142,7 +142,9 @@ class Log:
         hw = loaded.high_watermark if loaded.high_watermark is not None else self._log_start_offset
         self._high_watermark = min(max(hw, self._log_start_offset), leo)
         try:
-            self._leader_epoch_cache = self._load_epoch_cache(loaded.epoch_starts)
+            self._leader_epoch_cache = self._load_epoch_cache(
+                loaded.epoch_starts, loaded.first_recovered_offset
+            )
         except errors.KafkaStorageError:
             for segment in self._segments:
                 segment.close()
@@ -161,9 +163,16 @@ class Log:
         self._retired: list[LogSegment] = []  # replaced by cleaned segments; closed one pass later
         self.invariants()
 
-    def _load_epoch_cache(self, epoch_starts: list[tuple[int, int]]) -> LeaderEpochCache:
+    def _load_epoch_cache(
+        self, epoch_starts: list[tuple[int, int]], first_recovered_offset: int | None = None
+    ) -> LeaderEpochCache:
+        """The cache file, minus what the recovered batches contradict. The file is fsynced on every
+        change, the batches only by a flush: after a power loss the file may hold epochs for offsets
+        whose batches were rolled back (e.g. a follower's truncation and the epoch it fetched next),
+        so from the first recovered segment on the cache is rebuilt from the batches' epochs."""
         cache = LeaderEpochCache(self.directory)
-        cache.truncate_from_end(self.log_end_offset)
+        end = self.log_end_offset
+        cache.truncate_from_end(end if first_recovered_offset is None else min(end, first_recovered_offset))
         for epoch, start_offset in epoch_starts:
             if epoch >= 0:
                 cache.assign(epoch, start_offset)

@@ -53,6 +53,9 @@ class LoadedLog:
     recovered_segments: int = 0
     # (partition leader epoch, base offset) seen while scanning recovered segments.
     epoch_starts: list[tuple[int, int]] = field(default_factory=list)
+    # Base offset of the first segment scanned: the leader-epoch cache (fsynced on every change) may
+    # describe offsets from here on that the crash took back, so only the scan speaks for them.
+    first_recovered_offset: int | None = None
 
 
 class Checkpoints:
@@ -107,6 +110,8 @@ def _load_segment(
     """Open one segment; scan and repair it when asked to, or when its indexes cannot be trusted."""
     segment = LogSegment.open(directory, base_offset, config.index_interval_bytes, now_ms)
     if must_scan or not segment.load_indexes():
+        if loaded.first_recovered_offset is None:
+            loaded.first_recovered_offset = base_offset
         result = segment.recover()  # structure only: never a topic config
         # After a clean stop the recovery point is the LEO: the rebuilt indexes must be durable.
         segment.flush(fsync=loaded.had_clean_shutdown)

@@ -13,6 +13,7 @@ seed with the command that replays it. Exit status 1 when any seed failed. pytes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -56,16 +57,31 @@ def run_range(name: str, seeds: Sequence[int]) -> tuple[int, list[str]]:
     return events, failures
 
 
-def run_seeds(name: str, seeds: Sequence[int], jobs: int | None = None) -> tuple[int, list[str]]:
-    """Run ``seeds`` on ``jobs`` worker processes (default: one per core, at most 2)."""
+def run_seeds(
+    name: str, seeds: Sequence[int], jobs: int | None = None, progress: bool = False
+) -> tuple[int, list[str]]:
+    """Run ``seeds`` on ``jobs`` worker processes (default: one per core, at most 2); with
+    ``progress``, print each failure as it comes and a running count every 1,000 seeds."""
     jobs = jobs or min(2, os.cpu_count() or 1)
     chunks = [list(seeds[i : i + CHUNK]) for i in range(0, len(seeds), CHUNK)]
-    if jobs == 1 or len(chunks) <= 1:
-        results = [run_range(name, chunk) for chunk in chunks]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(run_range, [name] * len(chunks), chunks))
-    return sum(e for e, _ in results), [f for _, fs in results for f in fs]
+    events, failures, done, started = 0, [], 0, time.monotonic()
+    with contextlib.ExitStack() as stack:
+        if jobs == 1 or len(chunks) <= 1:
+            results = (run_range(name, chunk) for chunk in chunks)
+        else:
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=jobs))
+            results = pool.map(run_range, [name] * len(chunks), chunks)
+        for chunk, (chunk_events, chunk_failures) in zip(chunks, results, strict=True):
+            events += chunk_events
+            failures.extend(chunk_failures)
+            done += len(chunk)
+            if progress:
+                for failure in chunk_failures:
+                    print(failure, flush=True)
+                if done % 1000 < CHUNK:
+                    elapsed = time.monotonic() - started
+                    print(f"... {done} seeds, {len(failures)} failed, {elapsed:.0f}s", flush=True)
+    return events, failures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     seeds = range(args.seed_start, args.seed_start + args.seeds)
-    events, failures = run_seeds(args.simulation, seeds, args.jobs)
-    for failure in failures:
-        print(failure)
+    events, failures = run_seeds(args.simulation, seeds, args.jobs, progress=True)
     elapsed = time.monotonic() - started
     print(
         f"{args.simulation}: {args.seeds} seeds from {args.seed_start}: {len(failures)} failed, "

@@ -231,8 +231,10 @@ class Checker:
         while verified < limit and entries[verified][0] == self.committed[verified]:
             verified += 1
         self.verified[broker_id] = verified
-        if broker_id in self.amnesia and verified == len(self.committed):
-            del self.amnesia[broker_id]  # holds the committed prefix again: an ordinary replica
+        if broker_id in self.amnesia and verified == len(self.committed) > self.amnesia[broker_id]:
+            # It holds the committed prefix again, including a record committed after what it lost
+            # (or after a forgotten history): an ordinary replica from now on.
+            del self.amnesia[broker_id]
         return verified
 
     def _check_leader(self, broker_id: int, epoch: int, high_watermark: int, verified: int) -> None:

@@ -55,6 +55,7 @@ from metadata.api import (
     AlterPartitionItem,
     AlterPartitionRequest,
     BrokerHeartbeatRequest,
+    BrokerState,
     ElectLeadersRequest,
     NewTopic,
     RegisterBrokerRequest,
@@ -652,8 +653,9 @@ class SimBroker:
         tp = (proposal.topic, proposal.partition)
         if self.manager.pending_proposal(tp) != proposal:
             return
+        members = tuple(BrokerState(b, e) for b, e in proposal.new_isr_with_epochs)  # KIP-903
         item = AlterPartitionItem(
-            topic_id, proposal.partition, proposal.leader_epoch, proposal.partition_epoch, proposal.new_isr
+            topic_id, proposal.partition, proposal.leader_epoch, proposal.partition_epoch, members
         )
         request = AlterPartitionRequest(self.broker_id, self.broker_epoch, (item,))
         state = {"answered": False}
@@ -735,7 +737,7 @@ class SimFetchers:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.leader_of: dict[TP, int] = {}
         self.in_flight: dict[int, int] = {}  # leader id -> request id
-        self.wake_at: dict[int, int] = {}  # leader id -> time of the scheduled round
+        self.wake_at: dict[int, tuple[ReplicaFetcher, int]] = {}  # leader id -> its next round
 
     def set_broker_epoch(self, broker_epoch: int) -> None:
         self.broker_epoch = broker_epoch
@@ -763,19 +765,20 @@ class SimFetchers:
         if not fetcher.partitions():
             del self.fetchers[leader_id]
             self.in_flight.pop(leader_id, None)
+            self.wake_at.pop(leader_id, None)
 
     def _schedule(self, fetcher: ReplicaFetcher, time_ms: int) -> None:
-        leader_id = fetcher.leader_id
-        if self.wake_at.get(leader_id, -1) >= self.sim.now_ms and self.wake_at[leader_id] <= time_ms:
-            return  # a round is already due no later than that
-        self.wake_at[leader_id] = time_ms
+        scheduled = self.wake_at.get(fetcher.leader_id)
+        if scheduled is not None and scheduled[0] is fetcher and self.sim.now_ms <= scheduled[1] <= time_ms:
+            return  # this fetcher's next round is already due no later than that
+        self.wake_at[fetcher.leader_id] = (fetcher, time_ms)
         self.broker.timer(time_ms - self.sim.now_ms, lambda: self._round(fetcher, time_ms))
 
     def _current(self, fetcher: ReplicaFetcher) -> bool:
         return self.fetchers.get(fetcher.leader_id) is fetcher
 
     def _round(self, fetcher: ReplicaFetcher, time_ms: int) -> None:
-        if self.wake_at.get(fetcher.leader_id) == time_ms:
+        if self.wake_at.get(fetcher.leader_id) == (fetcher, time_ms):
             del self.wake_at[fetcher.leader_id]
         if not self._current(fetcher) or fetcher.leader_id in self.in_flight:
             return
