@@ -1,4 +1,4 @@
-"""Sample messages for the codec tests, built from the schema model (``proto.kafka.generate``).
+"""Sample messages for the codec tests, built from the schema model (``proto.kafka.schema``).
 
 ``build(struct, version, mode, rng, classes)`` fills every field present in ``version`` with a value
 that differs from its default (mode ``full``), or sets every field nullable in that version to null
@@ -13,7 +13,7 @@ import random
 import uuid
 from typing import Any
 
-from proto.kafka.generate import FIXED, INT_RANGES, Field, Struct
+from proto.kafka.schema import FIXED, INT_RANGES, Field, Struct
 
 MODES = ("full", "nulls")
 

@@ -18,7 +18,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from proto.kafka import generate, messages
 from proto.kafka.codec import decode_body
-from proto.kafka.generate import Message
+from proto.kafka.schema import Message
 from tests.unit.proto.kafka.samples import MODES, build
 
 APIS = generate.load_apis()

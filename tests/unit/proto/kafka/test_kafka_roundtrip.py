@@ -18,7 +18,7 @@ import pytest
 
 from proto.kafka import generate, messages
 from proto.kafka.codec import KafkaDecodeError, decode_body
-from proto.kafka.generate import Field, Message, Versions, all_structs
+from proto.kafka.schema import Field, Message, Versions, all_structs
 from tests.unit.proto.kafka.samples import MODES, build, to_plain
 
 APIS = generate.load_apis()
