@@ -45,6 +45,7 @@ from broker.group_manager import (
 )
 from broker.group_metadata import (
     CAN_REBALANCE,
+    CONSUMER_PROTOCOL_TYPE,
     GroupMetadata,
     GroupMetadataRecord,
     GroupState,
@@ -67,6 +68,7 @@ from broker.group_requests import (
     LeaveGroupResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     SyncGroupRequest,
     SyncGroupResponse,
     error,
@@ -157,7 +159,7 @@ class GroupCoordinator(GroupMetadataManager):
         self, group: GroupMetadata, rid: int, req: JoinGroupRequest, now_ms: int, fx: Effects
     ) -> None:
         member_id = self._new_member_id(req.client_id)
-        if req.group_instance_id is None:
+        if req.group_instance_id is None and req.require_known_member_id:
             # KIP-394: the member must come back with this id; it counts as pending until then.
             group.pending_members[member_id] = now_ms + req.session_timeout_ms
             fx.respond(
@@ -166,7 +168,7 @@ class GroupCoordinator(GroupMetadataManager):
                     E.MEMBER_ID_REQUIRED, "rejoin with the member id given in this response", member_id
                 ),
             )
-        elif req.group_instance_id in group.static_members:
+        elif req.group_instance_id is not None and req.group_instance_id in group.static_members:
             self._update_static_member(group, rid, req, member_id, now_ms, fx)
         else:
             self._add_member_and_rebalance(group, rid, req, member_id, now_ms, fx)
@@ -777,4 +779,57 @@ class GroupCoordinator(GroupMetadataManager):
                 ),
             )
         self.invariants()
+        return fx
+
+    def handle_offset_delete(
+        self, request_id: int, group_id: str, partitions: tuple[tuple[str, int], ...], now_ms: int
+    ) -> Effects:
+        """OffsetDelete (KIP-496): the committed offsets of ``partitions`` are removed (tombstones,
+        answered once written), except those of topics a member of a non-empty consumer group is
+        subscribed to (GROUP_SUBSCRIBED_TO_TOPIC). A non-empty group of another protocol type is
+        NON_EMPTY_GROUP as a whole."""
+        fx = Effects()
+        problem = self._check_coordinator(group_id)
+        group = self.groups.get(group_id)
+        if problem is None and (group is None or group.is_state(S.DEAD)):
+            problem = error(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+        subscribed: frozenset[str] = frozenset()
+        if problem is None and group is not None and not group.is_state(S.EMPTY):
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                problem = error(
+                    E.NON_EMPTY_GROUP,
+                    f"group {group_id!r} has {len(group.members)} members of protocol type "
+                    f"{group.protocol_type!r}; stop them first",
+                )
+            else:
+                subscribed = group.subscribed_topics()
+        if problem is not None or group is None:
+            fx.respond(request_id, OffsetDeleteResponse(problem or OK, {}))
+            return fx
+        results: dict[tuple[str, int], GroupError] = {}
+        for tp in dict.fromkeys(partitions):
+            if tp[0] in subscribed:
+                results[tp] = error(
+                    E.GROUP_SUBSCRIBED_TO_TOPIC,
+                    f"a member of group {group_id!r} is subscribed to topic {tp[0]!r}; unsubscribe first",
+                )
+            else:
+                results[tp] = OK
+        deleted = [tp for tp, outcome in results.items() if outcome is OK and tp in group.offsets]
+        if not deleted:
+            fx.respond(request_id, OffsetDeleteResponse(OK, results))
+            return fx
+        tombstones = tuple(OffsetCommitRecord(group_id, t, p, None) for t, p in deleted)
+
+        def done(result: GroupError, now: int, fx: Effects) -> None:
+            code = E(APPEND_ERRORS.get(E(result.code), E(result.code)))
+            if code == E.NONE and self.groups.get(group_id) is group:
+                for tp in deleted:
+                    group.offsets.pop(tp, None)
+            outcome = (
+                OK if code == E.NONE else error(code, f"writing the tombstones failed: {result.message}")
+            )
+            fx.respond(request_id, OffsetDeleteResponse(OK, {**results, **dict.fromkeys(deleted, outcome)}))
+
+        self._append(group_id, tombstones, fx, done)
         return fx

@@ -20,6 +20,7 @@ small pure helpers. No I/O, no clock: deadlines are plain ``*_ms`` numbers set b
 from __future__ import annotations
 
 import enum
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ NO_OFFSET = -1
 NO_EPOCH = -1
 UNKNOWN_MEMBER_ID = ""
 OFFSETS_TOPIC = "__consumer_offsets"
+CONSUMER_PROTOCOL_TYPE = "consumer"  # the protocol type of Kafka's consumers (others: "connect", ...)
 INT32_MIN = -(2**31)
 
 
@@ -123,6 +125,28 @@ class GroupMetadataRecord:
 
 
 OffsetsRecord = OffsetCommitRecord | GroupMetadataRecord
+
+
+def subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a ConsumerProtocolSubscription (any version: int16 version, then an int32 count
+    of int16-length strings come first); None when the bytes are not one."""
+    view, pos = memoryview(metadata), 2
+    try:
+        (count,) = struct.unpack_from(">i", view, pos)
+        pos += 4
+        if count < 0 or count > (len(view) - pos) // 2:
+            return None
+        topics = []
+        for _ in range(count):
+            (size,) = struct.unpack_from(">h", view, pos)
+            pos += 2
+            if size < 0 or pos + size > len(view):
+                return None
+            topics.append(bytes(view[pos : pos + size]).decode())
+            pos += size
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 # ---- members and groups --------------------------------------------------------------------------
@@ -275,6 +299,20 @@ class GroupMetadata:
             (m.member_id, m.group_instance_id, m.metadata_for(self.protocol_name))
             for m in self.members.values()
         )
+
+    def subscribed_topics(self) -> frozenset[str]:
+        """The topics the members of a consumer group subscribe to, from their metadata for the chosen
+        protocol (Kafka's ConsumerProtocolSubscription). Like Kafka, metadata that does not decode
+        counts as no subscription."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
+            return frozenset()
+        topics: set[str] = set()
+        for member in self.members.values():
+            decoded = subscription_topics(member.metadata_for(self.protocol_name))
+            if decoded is None:
+                return frozenset()
+            topics.update(decoded)
+        return frozenset(topics)
 
     # ---- records ---------------------------------------------------------------------------------
 

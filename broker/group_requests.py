@@ -41,6 +41,9 @@ class JoinGroupRequest:
     client_id: str = ""
     client_host: str = ""
     reason: str = ""
+    # KIP-394 (JoinGroup v4+): a new dynamic member first gets MEMBER_ID_REQUIRED and its id; older
+    # clients do not know that error and join with an empty id in one round.
+    require_known_member_id: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,14 @@ class DeleteGroupsResponse:
     results: tuple[DeletableGroupResult, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    """``error`` fails the whole request; else ``partitions`` maps (topic, partition) -> error."""
+
+    error: GroupError
+    partitions: dict[tuple[str, int], GroupError]
+
+
 GroupResponse = (
     JoinGroupResponse
     | SyncGroupResponse
@@ -218,4 +229,5 @@ GroupResponse = (
     | LeaveGroupResponse
     | OffsetCommitResponse
     | DeleteGroupsResponse
+    | OffsetDeleteResponse
 )

@@ -288,57 +288,53 @@ class GroupDriver:
             task.cancel()
 
 
-class GroupServicer(group_pb2_grpc.GroupServiceServicer):
-    """GroupService: protobuf <-> the core's dataclasses; every rule is in the core."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Coordinator:
+    """FindCoordinator's answer for one group: its coordinator's broker id and offsets partition, or
+    an error (then ``node_id`` and ``partition`` are -1)."""
+
+    error: GroupError
+    node_id: int = -1
+    partition: int = -1
+
+
+class OffsetsTopic:
+    """FindCoordinator's part shared by the gRPC GroupService and the Kafka listener: creates
+    ``__consumer_offsets`` on first use and names the leader of the group's offsets partition."""
 
     def __init__(
         self,
         driver: GroupDriver,
         forward_admin: CreateTopics,
-        offsets_topic_num_partitions: int,
-        offsets_topic_replication_factor: int,
-        offsets_topic_segment_bytes: int = 104_857_600,
+        num_partitions: int,
+        replication_factor: int,
+        segment_bytes: int = 104_857_600,
     ) -> None:
         self.driver = driver
-        self.core = driver.core
         self.forward_admin = forward_admin
-        self.num_partitions = offsets_topic_num_partitions
-        self.replication_factor = offsets_topic_replication_factor
-        self.topic_configs = {**COMPACT, "segment.bytes": str(offsets_topic_segment_bytes)}
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.topic_configs = {**COMPACT, "segment.bytes": str(segment_bytes)}
 
-    # ---- FindCoordinator ----------------------------------------------------------------------------
-
-    async def FindCoordinator(self, request, context):
-        if not request.key:
-            return self._no_coordinator(ErrorCode.INVALID_GROUP_ID, "the group id (key) must not be empty")
-        image = self.driver.manager.image
-        if image.topic_by_name(OFFSETS_TOPIC) is None:
+    async def find_coordinator(self, group_id: str) -> Coordinator:
+        if not group_id:
+            return Coordinator(error(ErrorCode.INVALID_GROUP_ID, "the group id (key) must not be empty"))
+        if self.driver.manager.image.topic_by_name(OFFSETS_TOPIC) is None:
             problem = await self._create_offsets_topic()
             if problem is not None:
-                return self._no_coordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE, problem)
+                return Coordinator(error(ErrorCode.COORDINATOR_NOT_AVAILABLE, problem))
         topic = self.driver.manager.image.topic_by_name(OFFSETS_TOPIC)
         assert topic is not None
-        partition = partition_for(request.key, len(topic.partitions))
+        partition = partition_for(group_id, len(topic.partitions))
         leader = topic.partitions[partition].leader
-        broker = self.driver.manager.image.brokers.get(leader)
-        if leader == NO_LEADER or broker is None or not broker.endpoints:
-            return self._no_coordinator(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{partition} has no leader now; retry"
+        if leader == NO_LEADER:
+            return Coordinator(
+                error(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"{OFFSETS_TOPIC}-{partition} has no leader now; retry",
+                )
             )
-        endpoint = broker.endpoints[0]
-        return group_pb2.FindCoordinatorResponse(
-            error=common_pb2.Error(code=0),
-            node_id=leader,
-            host=endpoint.host,
-            port=endpoint.port,
-            partition=partition,
-        )
-
-    @staticmethod
-    def _no_coordinator(code: ErrorCode, message: str) -> group_pb2.FindCoordinatorResponse:
-        return group_pb2.FindCoordinatorResponse(
-            error=common_pb2.Error(code=int(code), message=message), node_id=-1, partition=-1
-        )
+        return Coordinator(OK, leader, partition)
 
     async def _create_offsets_topic(self) -> str | None:
         """Create ``__consumer_offsets`` (an existing one is fine), then wait until every partition has
@@ -369,6 +365,49 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
                 return None
             await asyncio.sleep(TOPIC_POLL_S)
         return f"{OFFSETS_TOPIC} is being created; retry"
+
+
+class GroupServicer(group_pb2_grpc.GroupServiceServicer):
+    """GroupService: protobuf <-> the core's dataclasses; every rule is in the core."""
+
+    def __init__(
+        self,
+        driver: GroupDriver,
+        forward_admin: CreateTopics,
+        offsets_topic_num_partitions: int,
+        offsets_topic_replication_factor: int,
+        offsets_topic_segment_bytes: int = 104_857_600,
+    ) -> None:
+        self.driver = driver
+        self.core = driver.core
+        self.offsets_topic = OffsetsTopic(
+            driver,
+            forward_admin,
+            offsets_topic_num_partitions,
+            offsets_topic_replication_factor,
+            offsets_topic_segment_bytes,
+        )
+
+    # ---- FindCoordinator ----------------------------------------------------------------------------
+
+    async def FindCoordinator(self, request, context):
+        found = await self.offsets_topic.find_coordinator(request.key)
+        problem = found.error if found.error.code else None
+        broker = self.driver.manager.image.brokers.get(found.node_id) if problem is None else None
+        if problem is None and (broker is None or not broker.endpoints):
+            problem = error(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {found.node_id} has no endpoint; retry"
+            )
+        if problem is not None or broker is None:
+            return group_pb2.FindCoordinatorResponse(error=_error_pb(problem or OK), node_id=-1, partition=-1)
+        endpoint = broker.endpoints[0]
+        return group_pb2.FindCoordinatorResponse(
+            error=common_pb2.Error(code=0),
+            node_id=found.node_id,
+            host=endpoint.host,
+            port=endpoint.port,
+            partition=found.partition,
+        )
 
     # ---- the group protocol -------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ from broker.config import GRPC_LISTENER, BrokerConfig, BrokerConfigError, KafkaL
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
 from broker.group_lag import RemoteHighWatermarks
-from broker.group_service import GroupDriver, GroupServicer, group_config_from
+from broker.group_service import GroupDriver, GroupServicer, OffsetsTopic, group_config_from
 from broker.handlers.context import BrokerServices
 from broker.handlers.processor import RequestProcessor, build_handlers
 from broker.log_cleaner import LogCleanerDriver
@@ -219,6 +219,10 @@ class BrokerNode:
         self.services = BrokerServices(
             config.node_id, self.manager, monotonic_ms, settings.request_timeout_ms, self.producer_ids,
             groups=self.groups, forward_admin=self.forward_admin,
+            offsets_topic=OffsetsTopic(
+                self.groups, self.forward_admin, settings.offsets_topic_num_partitions,
+                settings.offsets_topic_replication_factor, settings.offsets_topic_segment_bytes,
+            ),
         )  # fmt: skip
         self.handlers = build_handlers(self.services)
         self.kafka_listeners: list[KafkaListener] = []

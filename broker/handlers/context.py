@@ -38,6 +38,7 @@ class BrokerServices:
     # The (api key -> (min, max)) this broker advertises: filled by ``processor.build_handlers``.
     api_versions: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
     groups: Any = None  # broker.group_service.GroupDriver, for the group APIs
+    offsets_topic: Any = None  # broker.group_service.OffsetsTopic, for FindCoordinator
     forward_admin: Callable[[str, Any], Awaitable[Any]] | None = None  # admin calls to the controller
 
 

@@ -1,0 +1,307 @@
+"""The group handlers (broker.handlers.groups) over the real group coordinator and its driver, with a
+replica manager stand-in that appends ``__consumer_offsets`` records at once. Every request goes
+through the codec (encode, parse, handle, encode the answer, parse it) at the version under test.
+
+Edge cases: KIP-394 (MEMBER_ID_REQUIRED from JoinGroup v4 only), LeaveGroup v0-2 vs batched v3+,
+OffsetFetch's group error in each partition (v0-1) vs top-level (v2+) vs per group (v8),
+FindCoordinator's batched keys (v4) and transaction keys, OffsetCommit of an unknown partition,
+OffsetDelete of a subscribed topic, ListGroups' states filter, DeleteGroups of a non-empty group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+from broker.group_coordinator import GroupConfig
+from broker.group_metadata import OFFSETS_TOPIC, partition_for
+from broker.group_service import GroupDriver, OffsetsTopic
+from broker.handlers import groups
+from broker.handlers.context import BrokerServices, RequestContext
+from broker.replica_manager import ProduceResult
+from metadata.image import MetadataImage
+from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from proto.errors import ErrorCode
+from proto.kafka import messages as m
+from proto.kafka.api import (
+    ApiKey,
+    RequestHeader,
+    encode_request,
+    encode_response,
+    parse_request,
+    parse_response,
+)
+
+LISTENER = "PLAINTEXT"
+OFFSETS_PARTITIONS = 2
+GROUP = "g"  # led here: offsets partition partition_for("g") is led by broker 101
+CONFIG = GroupConfig(min_session_timeout_ms=1_000, initial_rebalance_delay_ms=0)
+
+
+def consumer_subscription(*topics: str) -> bytes:
+    """Kafka's ConsumerProtocolSubscription v0: int16 version, topics, null user data."""
+    body = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        body += struct.pack(">h", len(t)) + t.encode()
+    return body + struct.pack(">i", -1)
+
+
+class Harness:
+    def __init__(self) -> None:
+        image = MetadataImage()
+        led = partition_for(GROUP, OFFSETS_PARTITIONS)
+        records = [
+            RegisterBrokerRecord(
+                b, f"inc-{b}", (Endpoint("GRPC", "127.0.0.1", b), Endpoint(LISTENER, "kafka-host", 9000 + b)),
+                fenced=False,
+            )
+            for b in (101, 102)
+        ]  # fmt: skip
+        records += [
+            TopicRecord(OFFSETS_TOPIC, "AAAAAAAAAAAAAAAAAAAAAQ"),
+            *(
+                PartitionRecord("AAAAAAAAAAAAAAAAAAAAAQ", p, (101,), (101,), 101 if p == led else 102)
+                for p in range(OFFSETS_PARTITIONS)
+            ),
+            TopicRecord("t", "AAAAAAAAAAAAAAAAAAAAAg"),
+            PartitionRecord("AAAAAAAAAAAAAAAAAAAAAg", 0, (101,), (101,), 101),
+            PartitionRecord("AAAAAAAAAAAAAAAAAAAAAg", 1, (101,), (101,), 101),
+        ]
+        image.apply_batch(records, 1)
+        self.appended = 0
+        self.manager = SimpleNamespace(image=image, role_listeners=[], logs={}, produce=self._produce)
+        self.now_ms = 1_000
+        self.driver = GroupDriver(self.manager, CONFIG, lambda: self.now_ms, 5_000)  # type: ignore[arg-type]
+        self.driver.core.begin_loading(led, OFFSETS_PARTITIONS)
+        self.driver.core.complete_loading(led, self.now_ms)
+        self.unknown_group = next(  # a group that does not exist but would be coordinated here
+            f"unknown-{i}" for i in range(100) if partition_for(f"unknown-{i}", OFFSETS_PARTITIONS) == led
+        )
+        self.other_group = next(
+            f"other-{i}" for i in range(100) if partition_for(f"other-{i}", OFFSETS_PARTITIONS) != led
+        )
+
+        async def no_admin(method: str, request: object) -> object:
+            raise AssertionError(f"no admin call expected, got {method}")
+
+        self.services = BrokerServices(
+            101, self.manager, lambda: self.now_ms, 5_000, groups=self.driver,  # type: ignore[arg-type]
+            offsets_topic=OffsetsTopic(self.driver, no_admin, OFFSETS_PARTITIONS, 1),
+        )  # fmt: skip
+        self.correlation_id = 0
+
+    def _produce(self, acks, timeout_ms, partitions, now_ms, done) -> None:
+        self.appended += 1
+        done({p.tp: ProduceResult(ErrorCode.NONE) for p in partitions})
+
+    def call(self, api_key: int, version: int, request):
+        return asyncio.run(self.acall(api_key, version, request))
+
+    async def acall(self, api_key: int, version: int, request):
+        """Encode, parse, handle, encode the answer, parse it: the codec at this version both ways."""
+        self.correlation_id += 1
+        header = RequestHeader(api_key, version, self.correlation_id, "client-1")
+        parsed_header, parsed = parse_request(encode_request(header, request))
+        handler = groups.HANDLERS[ApiKey(api_key)]
+        response = handler(self.services, RequestContext(parsed_header, "127.0.0.1:5555", LISTENER), parsed)
+        if asyncio.iscoroutine(response):
+            response = await response
+        correlation_id, body = parse_response(api_key, version, encode_response(parsed_header, response))
+        assert correlation_id == self.correlation_id
+        return body
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+def join(
+    member_id: str = "", instance: str | None = None, topics: tuple[str, ...] = ("t",)
+) -> m.JoinGroupRequest:
+    return m.JoinGroupRequest(
+        group_id=GROUP, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id=member_id,
+        group_instance_id=instance, protocol_type="consumer",
+        protocols=[m.JoinGroupRequestProtocol(name="range", metadata=consumer_subscription(*topics))],
+    )  # fmt: skip
+
+
+def joined_member(h: Harness, version: int = 7) -> tuple[str, int]:
+    """A one-member Stable group: (member id, generation)."""
+    first = h.call(ApiKey.JOIN_GROUP, version, join())
+    member_id = first.member_id
+    if first.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+        first = h.call(ApiKey.JOIN_GROUP, version, join(member_id))
+    assert first.error_code == 0, first
+    sync = m.SyncGroupRequest(
+        group_id=GROUP, generation_id=first.generation_id, member_id=member_id,
+        protocol_type="consumer", protocol_name="range",
+        assignments=[m.SyncGroupRequestAssignment(member_id=member_id, assignment=b"a")],
+    )  # fmt: skip
+    assert h.call(ApiKey.SYNC_GROUP, 5, sync).error_code == 0
+    return member_id, first.generation_id
+
+
+@pytest.mark.parametrize("version", range(8))
+def test_join_group_requires_a_member_id_from_v4_only(h: Harness, version: int) -> None:
+    first = h.call(ApiKey.JOIN_GROUP, version, join())
+    if version >= 4:
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id.startswith("client-1-")
+        first = h.call(ApiKey.JOIN_GROUP, version, join(first.member_id))
+    assert first.error_code == 0
+    assert first.leader == first.member_id and first.generation_id == 1
+    assert first.protocol_name == "range"
+    assert [x.member_id for x in first.members] == [first.member_id]
+
+
+def test_static_member_joins_in_one_round(h: Harness) -> None:
+    r = h.call(ApiKey.JOIN_GROUP, 5, join(instance="instance-1"))
+    assert r.error_code == 0 and r.members[0].group_instance_id == "instance-1"
+
+
+@pytest.mark.parametrize("version", range(6))
+def test_leave_group_single_member_then_batched(h: Harness, version: int) -> None:
+    member_id, _ = joined_member(h)
+    if version < 3:
+        assert h.call(ApiKey.LEAVE_GROUP, version, m.LeaveGroupRequest(group_id=GROUP, member_id="nobody")
+                      ).error_code == ErrorCode.UNKNOWN_MEMBER_ID  # fmt: skip
+        r = h.call(ApiKey.LEAVE_GROUP, version, m.LeaveGroupRequest(group_id=GROUP, member_id=member_id))
+        assert r.error_code == 0
+    else:
+        members = [m.LeaveGroupRequestMemberIdentity(member_id=member_id),
+                   m.LeaveGroupRequestMemberIdentity(member_id="nobody")]  # fmt: skip
+        r = h.call(ApiKey.LEAVE_GROUP, version, m.LeaveGroupRequest(group_id=GROUP, members=members))
+        assert r.error_code == 0
+        assert [(x.member_id, x.error_code) for x in r.members] == [
+            (member_id, 0),
+            ("nobody", ErrorCode.UNKNOWN_MEMBER_ID),
+        ]
+    described = h.call(ApiKey.DESCRIBE_GROUPS, 5, m.DescribeGroupsRequest(groups=[GROUP]))
+    assert described.groups[0].group_state == "Empty"
+
+
+def test_heartbeat_fences_stale_generations(h: Harness) -> None:
+    member_id, generation = joined_member(h)
+    ok = m.HeartbeatRequest(group_id=GROUP, generation_id=generation, member_id=member_id)
+    assert h.call(ApiKey.HEARTBEAT, 4, ok).error_code == 0
+    stale = m.HeartbeatRequest(group_id=GROUP, generation_id=generation - 1, member_id=member_id)
+    assert h.call(ApiKey.HEARTBEAT, 0, stale).error_code == ErrorCode.ILLEGAL_GENERATION
+
+
+def commit(member_id: str, generation: int, offsets: dict[tuple[str, int], int]) -> m.OffsetCommitRequest:
+    topics: dict[str, list] = {}
+    for (topic, p), offset in offsets.items():
+        topics.setdefault(topic, []).append(
+            m.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=offset, committed_metadata="md"
+            )
+        )
+    return m.OffsetCommitRequest(
+        group_id=GROUP, generation_id=generation, member_id=member_id,
+        topics=[m.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("version", range(9))
+def test_offset_commit_and_fetch_every_version(h: Harness, version: int) -> None:
+    # v0 has no generation: a commit outside the group protocol (a group with no members)
+    member_id, generation = joined_member(h) if version > 0 else ("", -1)
+    r = h.call(ApiKey.OFFSET_COMMIT, version, commit(member_id, generation, {("t", 0): 5, ("t", 9): 1}))
+    codes = {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+    assert codes == {("t", 0): 0, ("t", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    wanted = [m.OffsetFetchRequestTopic(name="t", partition_indexes=[0, 1])]
+    if version >= 8:
+        request = m.OffsetFetchRequest(groups=[m.OffsetFetchRequestGroup(group_id=GROUP, topics=[
+            m.OffsetFetchRequestTopics(name="t", partition_indexes=[0, 1])])])  # fmt: skip
+        fetched = h.call(ApiKey.OFFSET_FETCH, version, request).groups[0].topics
+    else:
+        fetched = h.call(
+            ApiKey.OFFSET_FETCH, version, m.OffsetFetchRequest(group_id=GROUP, topics=wanted)
+        ).topics
+    offsets = {
+        (t.name, p.partition_index): (p.committed_offset, p.error_code) for t in fetched for p in t.partitions
+    }
+    assert offsets == {("t", 0): (5, 0), ("t", 1): (-1, 0)}
+
+
+@pytest.mark.parametrize("version", [1, 2, 8])
+def test_offset_fetch_group_error_where_each_version_carries_it(h: Harness, version: int) -> None:
+    group = h.other_group  # its offsets partition is led by broker 102
+    topics = [m.OffsetFetchRequestTopic(name="t", partition_indexes=[0])]
+    if version == 8:
+        request = m.OffsetFetchRequest(groups=[m.OffsetFetchRequestGroup(group_id=group, topics=None)])
+        (answer,) = h.call(ApiKey.OFFSET_FETCH, version, request).groups
+        assert answer.error_code == ErrorCode.NOT_COORDINATOR and answer.topics == []
+    elif version == 2:
+        answer = h.call(ApiKey.OFFSET_FETCH, version, m.OffsetFetchRequest(group_id=group, topics=topics))
+        assert answer.error_code == ErrorCode.NOT_COORDINATOR
+    else:
+        answer = h.call(ApiKey.OFFSET_FETCH, version, m.OffsetFetchRequest(group_id=group, topics=topics))
+        assert [p.error_code for p in answer.topics[0].partitions] == [ErrorCode.NOT_COORDINATOR]
+
+
+def test_find_coordinator_batched_keys_and_transactions(h: Harness) -> None:
+    one = h.call(ApiKey.FIND_COORDINATOR, 1, m.FindCoordinatorRequest(key=GROUP))
+    assert (one.error_code, one.node_id, one.host, one.port) == (0, 101, "kafka-host", 9101)
+    many = h.call(
+        ApiKey.FIND_COORDINATOR, 4, m.FindCoordinatorRequest(coordinator_keys=[GROUP, h.other_group, ""])
+    )
+    assert [(c.key, c.node_id, c.error_code) for c in many.coordinators] == [
+        (GROUP, 101, 0),
+        (h.other_group, 102, 0),
+        ("", -1, ErrorCode.INVALID_GROUP_ID),
+    ]
+    txn = h.call(ApiKey.FIND_COORDINATOR, 3, m.FindCoordinatorRequest(key="tx-1", key_type=1))
+    assert (
+        txn.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        and "not supported" in txn.error_message
+    )
+
+
+def test_offset_delete_refuses_subscribed_topics(h: Harness) -> None:
+    member_id, generation = joined_member(h)
+    h.call(ApiKey.OFFSET_COMMIT, 8, commit(member_id, generation, {("t", 0): 5}))
+    h.call(ApiKey.OFFSET_COMMIT, 8, commit(member_id, generation, {("t", 1): 6}))
+    first = m.OffsetDeleteRequestPartition(partition_index=0)
+    request = m.OffsetDeleteRequest(
+        group_id=GROUP, topics=[m.OffsetDeleteRequestTopic(name="t", partitions=[first])]
+    )
+    r = h.call(ApiKey.OFFSET_DELETE, 0, request)
+    assert r.topics[0].partitions[0].error_code == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+    h.call(ApiKey.LEAVE_GROUP, 4, m.LeaveGroupRequest(group_id=GROUP, members=[
+        m.LeaveGroupRequestMemberIdentity(member_id=member_id)]))  # fmt: skip
+    appended = h.appended
+    assert h.call(ApiKey.OFFSET_DELETE, 0, request).topics[0].partitions[0].error_code == 0
+    assert h.appended == appended + 1  # a tombstone
+    fetched = h.call(ApiKey.OFFSET_FETCH, 7, m.OffsetFetchRequest(group_id=GROUP, topics=None)).topics
+    assert {(t.name, p.partition_index): p.committed_offset for t in fetched for p in t.partitions} == {
+        ("t", 1): 6
+    }
+    missing = m.OffsetDeleteRequest(group_id=h.unknown_group, topics=[])
+    assert h.call(ApiKey.OFFSET_DELETE, 0, missing).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_list_describe_and_delete_groups(h: Harness) -> None:
+    joined_member(h)
+    listed = h.call(ApiKey.LIST_GROUPS, 4, m.ListGroupsRequest(states_filter=["Stable"]))
+    assert [(g.group_id, g.protocol_type, g.group_state) for g in listed.groups] == [
+        (GROUP, "consumer", "Stable")
+    ]
+    assert h.call(ApiKey.LIST_GROUPS, 4, m.ListGroupsRequest(states_filter=["Empty"])).groups == []
+    assert [g.group_id for g in h.call(ApiKey.LIST_GROUPS, 0, m.ListGroupsRequest()).groups] == [GROUP]
+    (described,) = h.call(ApiKey.DESCRIBE_GROUPS, 5, m.DescribeGroupsRequest(groups=[GROUP])).groups
+    assert (described.group_state, described.protocol_data) == ("Stable", "range")
+    (member,) = described.members
+    assert (member.client_id, member.client_host, member.member_assignment) == (
+        "client-1",
+        "/127.0.0.1",
+        b"a",
+    )
+    r = h.call(ApiKey.DELETE_GROUPS, 2, m.DeleteGroupsRequest(groups_names=[GROUP, h.unknown_group]))
+    assert [(x.group_id, x.error_code) for x in r.results] == [
+        (GROUP, ErrorCode.NON_EMPTY_GROUP),
+        (h.unknown_group, ErrorCode.GROUP_ID_NOT_FOUND),
+    ]
