@@ -1,31 +1,25 @@
-"""An in-process model of one partition replicated on three brokers, driven through ``broker.partition``.
+"""A step-by-step harness for explicit replication scenarios (KIP-101 and friends), message by message.
 
-Only the driving lives here; every decision is made by the broker's pure cores:
-``Partition`` (HW, ISR, epochs, acks=all admission), ``broker.divergence`` (leader-epoch cache
-rules, diverging epoch, follower truncation), ``broker.fetcher`` (follower fetch state, stale
-answers) and ``broker.purgatory`` (parked acks=all produces, answered on HW moves, leadership
-changes and timeouts). The model supplies what the real broker will supply:
+This is NOT the broker simulation: the seeded simulation runs the production code end to end
+(tests/sim/broker/cluster.py: the real ReplicaManager, Log files with crash emulation, and the real
+QuorumController). This harness keeps what the scenario tests need — deciding exactly which fetch
+answer is lost or which broker learns the metadata when — and drives the broker's pure cores
+(``Partition``, ``broker.divergence``, ``broker.fetcher``, ``broker.purgatory``) with a small stand-in
+for the rest:
 
-- ``ReplicaLog``: the partition log of one broker — records (one per batch) each carrying the leader
-  epoch it was written in, the leader-epoch cache, and an HW checkpoint. A broker *process crash*
-  keeps all three (page cache survives a SIGKILL); the checkpoint may be stale, as in Kafka where it
-  is written periodically.
-- ``Controller``: the committed partition state (leader, leader epoch, partition epoch, ISR) with
-  KRaft's rules: a fenced broker leaves the ISR (except the last member), a new leader is the first
-  unfenced ISR member in assignment order (else the partition is offline), AlterPartition commits
-  only a proposal from the current leader epoch and partition epoch.
-- Metadata reaches each broker only when it *syncs*, so brokers act on stale views (zombie leaders,
-  followers fetching with an old epoch).
+- ``ReplicaLog``: an in-memory log (records, leader-epoch cache, HW checkpoint); a crash keeps it;
+- ``Controller``: the committed partition state with KRaft's election and ISR rules restated for
+  these scenarios (it may move leadership to any ISR member, which the real controller cannot be
+  asked to do directly).
 
-``Checker`` verifies after every event: each live ``Partition`` satisfies ``invariants()``; the data
-below any replica's HW never changes (one committed prefix); every member of the committed ISR holds
-the whole committed prefix; every acknowledged acks=all record is in the committed prefix.
+``Checker`` verifies after every step: each live ``Partition`` satisfies ``invariants()``; the data
+below any replica's HW never changes; every member of the committed ISR holds the committed prefix;
+every acknowledged acks=all record is in the committed prefix.
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
 from dataclasses import dataclass, field
 
 from broker import divergence
@@ -529,76 +523,6 @@ class Checker:
             )
 
 
-# Event weights: mostly traffic and replication, with enough failures to cross many leader epochs.
-EVENT_WEIGHTS = {
-    "produce": 30,
-    "fetch": 20,
-    "deliver": 35,
-    "tick": 8,
-    "checkpoint": 4,
-    "sync": 12,
-    "crash": 3,
-    "restart": 5,
-    "move": 3,
-    "isolate": 2,
-    "rejoin": 3,
-    "alter": 6,
-}
-
-
-def run_random(seed: int, steps: int) -> Cluster:
-    """Safety phase: ``steps`` seeded events with checks after each; then a liveness phase that heals
-    everything and requires the replicas to converge on one log with HW = LEO."""
-    rng = random.Random(seed)
-    c = Cluster()
-    for _ in range(steps):
-        _random_event(c, rng)
-        c.checker.check()
-    heal(c)
-    return c
-
-
-def _random_event(c: Cluster, rng: random.Random) -> None:
-    event = rng.choices(list(EVENT_WEIGHTS), weights=list(EVENT_WEIGHTS.values()))[0]
-    broker_id = rng.choice(c.replicas)
-    alive = [b for b in c.replicas if c.brokers[b].alive]
-    if event == "produce":
-        # Clients mostly know the leader; sometimes they hit a stale one.
-        target = c.controller.state.leader_id if rng.random() < 0.8 else broker_id
-        c.produce(target if target != NO_LEADER else broker_id, rng.choice((ACKS_ALL, ACKS_ALL, 1)))
-    elif event == "fetch":
-        for follower_id in c.replicas:  # every fetcher with nothing outstanding sends
-            c.send_fetch(follower_id)
-    elif event == "deliver" and c.network:
-        # Answers arrive in any order across followers; some are lost, some duplicated.
-        flight = rng.choice(c.network)
-        roll = rng.random()
-        c.note(f"deliver b{flight.follower_id}#{flight.request_id}: {c.deliver(flight, lose=roll < 0.05)}")
-        if roll > 0.95:
-            c.network.append(flight)
-    elif event == "tick":
-        c.advance(rng.choice((10, 100, LAG_MS)))
-        c.isr_tick(broker_id)
-        c.expire_produces(broker_id)
-    elif event == "checkpoint":
-        c.checkpoint(broker_id)
-    elif event == "sync":
-        c.sync_metadata(broker_id)
-    elif event == "crash" and len(alive) >= 2:
-        together = rng.random() < 0.2 and len(alive) == 3
-        c.crash(tuple(rng.sample(alive, 2)) if together else (rng.choice(alive),))
-    elif event == "restart" and not c.brokers[broker_id].alive:
-        c.restart(broker_id)
-    elif event == "alter":
-        c.deliver_alter_partition()
-    elif event == "isolate" and len(alive) >= 2:
-        c.isolate(broker_id)
-    elif event == "rejoin":
-        c.rejoin(broker_id)
-    elif event == "move" and c.controller.move_leader(broker_id):
-        c.note(f"move leader to b{broker_id} -> {c.controller.state}")
-
-
 def heal(c: Cluster, rounds: int = 200) -> None:
     while c.network:
         c.deliver(c.network[0])
@@ -642,4 +566,4 @@ def describe(c: Cluster) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["NO_EPOCH", "Cluster", "Record", "describe", "heal", "run_random"]
+__all__ = ["NO_EPOCH", "Cluster", "Record", "describe", "heal"]
