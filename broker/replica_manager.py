@@ -144,7 +144,7 @@ from broker.partition import (
     ProduceCheck,
     Role,
 )
-from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, Reject
+from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
 from broker.producer_state_log import PartitionProducerState, producer_batches
 from broker.purgatory import (
     CompletedFetch,
@@ -734,6 +734,48 @@ class ReplicaManager:
             ErrorCode.NONE, offset=found.offset, timestamp_ms=found.timestamp,
             leader_epoch=self._epoch_at(plog, found.offset),
         )  # fmt: skip
+
+    def delete_records(self, tp: TP, offset: int) -> ListOffsetResult:
+        """DeleteRecords on the leader: the log start offset moves to ``offset`` (-1 = the HW), so
+        consumers no longer see what lies before it; retention deletes the whole segments below it and
+        followers follow the leader's log start offset. Beyond the HW is OFFSET_OUT_OF_RANGE; a
+        compacted topic is POLICY_VIOLATION (Kafka's rules). The answer's ``offset`` is the leader's
+        new log start offset (Kafka's low watermark also waits for the followers; pykraft answers
+        once the leader moved)."""
+        error = self._check_hosted(tp)
+        partition = self.partitions.get(tp)
+        if error is None and partition is not None:
+            error = partition.check_leader()
+        if error is not None or partition is None:
+            assert error is not None
+            return ListOffsetResult(error.code, error.message)
+        if "compact" in (self._topic_config(tp[0], "cleanup.policy") or ""):
+            return ListOffsetResult(
+                ErrorCode.POLICY_VIOLATION,
+                f"{tp[0]} has cleanup.policy compact: its records cannot be deleted by offset",
+            )
+        target = partition.high_watermark if offset == NO_OFFSET else offset
+        if not 0 <= target <= partition.high_watermark:
+            return ListOffsetResult(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{tp[0]}-{tp[1]}: cannot delete records before offset {offset}: it is outside "
+                f"[0, high watermark {partition.high_watermark}] (-1 = the high watermark)",
+            )
+        plog = self.logs[tp]
+        if plog.maybe_increment_log_start_offset(target):
+            partition.on_log_start_offset(plog.log_start_offset)
+            log.info("%s-%d: DeleteRecords moved the log start offset to %d", *tp, plog.log_start_offset)
+        return ListOffsetResult(ErrorCode.NONE, offset=plog.log_start_offset)
+
+    def producer_entries(self, tp: TP) -> tuple[PartitionError | None, list[ProducerEntry]]:
+        """DescribeProducers, on the leader: the idempotent producers the partition remembers."""
+        error = self._check_hosted(tp)
+        partition = self.partitions.get(tp)
+        if error is None and partition is not None:
+            error = partition.check_leader()
+        if error is not None:
+            return error, []
+        return None, sorted(self.producer_states[tp].state.producers.values(), key=lambda e: e.producer_id)
 
     @staticmethod
     def _epoch_at(plog: Log, offset: int) -> int:

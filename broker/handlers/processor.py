@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Iterator
 from typing import Any
 
-from broker.handlers import api_versions, fetch, groups, metadata, offsets, produce, producer_id
+from broker.handlers import admin, api_versions, fetch, groups, metadata, offsets, produce, producer_id
 from broker.handlers.context import BrokerServices, Handler, RequestContext
 from broker.metrics import KafkaRequestMetrics
 from broker.network import NO_RESPONSE, Close, Outcome
@@ -56,7 +56,7 @@ from proto.logfmt import log_event
 log = logging.getLogger(__name__)
 
 # One entry per handler module (see the module docstring).
-HANDLER_MODULES = (api_versions, metadata, produce, fetch, offsets, producer_id, groups)
+HANDLER_MODULES = (api_versions, metadata, produce, fetch, offsets, producer_id, groups, admin)
 
 SIZE_PREFIX_BYTES = 4
 

@@ -137,7 +137,8 @@ def test_api_versions_advertises_exactly_the_served_apis(broker: Broker) -> None
     assert answer.error_code == 0
     data = (0, 1, 2, 3, 18, 22, 23)
     group_apis = (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47)
-    assert served == {k: SUPPORTED_VERSIONS[k] for k in data + group_apis}
+    admin_apis = (19, 20, 21, 32, 33, 37, 43, 44, 60, 61)
+    assert served == {k: SUPPORTED_VERSIONS[k] for k in data + group_apis + admin_apis}
     assert 71 not in served  # KIP-714 telemetry would start in librdkafka >= 2.5
 
 
