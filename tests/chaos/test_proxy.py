@@ -116,3 +116,14 @@ def test_partition_stalls_one_pair_and_heal_resumes_it_intact(proxied) -> None:
     proxy.heal()
     to_a.wait_more(stalled_at + 3)
     assert to_a.lines == list(range(len(to_a.lines))), "bytes were lost or reordered across the partition"
+
+
+def test_a_busy_proxy_port_is_reported_so_the_harness_can_pick_again(tmp_path: Path) -> None:
+    """The proxy's ports are picked up front; one another process serves is a named error, not a hang."""
+    (tmp_path / "logs").mkdir()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        busy = squatter.getsockname()[1]
+        with pytest.raises(ProxyPortsTakenError, match="address already in use"):
+            ProxyControl(tmp_path, [("broker-1", busy, pick_ports(1)[0])])
