@@ -5,7 +5,8 @@
 Two operations, each timed with ``timeit`` (median of ``--repeat`` runs of ``--number`` calls,
 reported in µs per call): ``parse_request`` of a Produce v9 request frame carrying one 16 KiB
 record batch (header + body; the batch stays a memoryview of the frame), and ``encode_response``
-of a Fetch v12 response with 10 partitions of 16 KiB batches (header + body, no size prefix).
+of a Fetch v12 response with 10 partitions of 16 KiB batches (header + body, no size prefix), and
+``encode_response_frame`` of the same (size prefix included, no final copy to ``bytes``).
 kafka-python's ``decode``/``encode`` of the same messages run beside them as a baseline on the same
 machine at the same time.
 """
@@ -80,6 +81,10 @@ def main() -> int:
         (
             "pykraft encode_response Fetch v12, 10 x 16 KiB partitions",
             lambda: api.encode_response(header, response),
+        ),
+        (
+            "pykraft encode_response_frame (same, the listener's call)",
+            lambda: api.encode_response_frame(header, response),
         ),
     ]
     try:
