@@ -45,7 +45,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from proto.logfmt import log_event
 
@@ -125,13 +125,12 @@ class KafkaConnection(asyncio.Protocol):
     # ---- asyncio callbacks ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        peer = transport.get_extra_info("peername")
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+        peer = self.transport.get_extra_info("peername")
         self.client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if not self.listener.admit(self):
             self._closed = True
-            transport.abort()
+            self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

@@ -264,3 +264,24 @@ def test_many_pipelined_requests_keep_order_past_the_in_flight_limit():
         await listener.close()
 
     run(main())
+
+
+def test_the_listener_runs_on_uvloop_when_installed():
+    """The broker runs on uvloop when it is installed (broker.server.event_loop_runner); uvloop's
+    transports are not asyncio.Transport subclasses, which the listener must not assume."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main():
+        listener, metrics = await start(ListenerSettings(socket_request_max_bytes=1000))
+        reader, writer = await connect(listener)
+        writer.write(frame(1, b"delay:100") + frame(2, b"fast"))
+        assert [(await read_answer(reader))[0] for _ in range(2)] == [1, 2]
+        bad_reader, bad_writer = await connect(listener)
+        bad_writer.write(struct.pack(">i", 5000))
+        assert await closed(bad_reader)
+        assert metrics.closes == ["frame_rejected"]
+        for w in (writer, bad_writer):
+            w.close()
+        await listener.close()
+
+    uvloop.run(asyncio.wait_for(main(), 3 * DEADLINE_S))
