@@ -72,6 +72,10 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 14),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", 1),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0),
+    # KIP-211 offset expiration (broker.group_manager). Kafka's minimum is 1 minute; 0 (expire at the
+    # next check) lets tests see it happen.
+    "offsets.retention.minutes": ("offsets_retention_minutes", 0),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1),
     # KIP-854: idle producers' dedup state is dropped after this long (broker.producer_state).
     "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
     # The Kafka listener (broker.network).
@@ -163,6 +167,8 @@ class BrokerSettings:
     offsets_topic_segment_bytes: int = 104_857_600
     offsets_commit_timeout_ms: int = 5_000
     offset_metadata_max_bytes: int = 4_096
+    offsets_retention_minutes: int = 10_080  # Kafka's default: 7 days
+    offsets_retention_check_interval_ms: int = 600_000
     # Broker defaults of topic configs, as strings (Kafka's names), e.g. {"min.insync.replicas": "2"}.
     topic_defaults: tuple[tuple[str, str], ...] = ()
     advertised_listeners: str = ""  # Kafka's form (see listener_endpoints); "" = the listen addresses

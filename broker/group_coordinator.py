@@ -13,7 +13,11 @@ The driver (``broker.group_service``) feeds this object decoded requests, each w
   much later (when the rebalance completes), from the effects of another call or of ``tick``.
 - ``next_deadline_ms()`` is when ``tick(now_ms)`` must run next: member session expiry, the end of
   the join phase (rebalance timeout, or ``group.initial.rebalance.delay.ms`` for a new group), the
-  end of the sync phase, pending-member expiry.
+  end of the sync phase, pending-member expiry, the next offset-expiration check.
+
+``now_ms`` is the wall clock (Kafka's coordinator uses it too): the group's state timestamp and the
+commit timestamps are stored in ``__consumer_offsets`` and offset expiration compares them with
+``now_ms`` after a restart or on another broker.
 
 The rules are Kafka's ``GroupCoordinator`` (pre-KIP-848): ``MEMBER_ID_REQUIRED`` hands a new dynamic
 member its id (KIP-394); the first member to join leads; a rebalance waits for every known member
@@ -654,10 +658,21 @@ class GroupCoordinator(GroupMetadataManager):
                 deadlines.append(group.join_deadline_ms)
             if group.sync_deadline_ms is not None:
                 deadlines.append(group.sync_deadline_ms)
+        if self.offsets_check_deadline_ms is not None and self.groups:  # nothing to expire otherwise
+            deadlines.append(self.offsets_check_deadline_ms)
         return min(deadlines, default=None)
 
     def tick(self, now_ms: int) -> Effects:
-        """Expire sessions, pending members, join and sync phases whose deadline passed."""
+        """Expire sessions, pending members, join and sync phases whose deadline passed; then, when
+        ``offsets.retention.check.interval.ms`` is due, expired offsets (``expire_offsets``)."""
+        fx = self._tick_groups(now_ms)
+        if self.offsets_check_deadline_ms is not None and self.offsets_check_deadline_ms <= now_ms:
+            expired = self.expire_offsets(now_ms)
+            fx.responses.extend(expired.responses)
+            fx.appends.extend(expired.appends)
+        return fx
+
+    def _tick_groups(self, now_ms: int) -> Effects:
         fx = Effects()
         for group in list(self.groups.values()):
             for member_id, deadline in list(group.pending_members.items()):

@@ -10,7 +10,16 @@ partitions this broker leads, their loading and unloading, and what is stored in
 - appends: ``_append`` returns an ``Append`` in the ``Effects``; the driver appends it with acks=all
   and reports back with ``complete_append``, which runs the continuation given with it (group
   metadata after a rebalance, offsets after a commit, tombstones after a delete);
-- reads: OffsetFetch, ListGroups, DescribeGroups, committed offsets for the lag gauges.
+- reads: OffsetFetch, ListGroups, DescribeGroups, committed offsets for the lag gauges;
+- offset expiration (``expire_offsets``, KIP-211, Kafka's ``cleanupGroupMetadata``): every
+  ``offsets.retention.check.interval.ms`` (a deadline of ``next_deadline_ms``, run by ``tick``) the
+  offsets past ``offsets.retention.minutes`` are removed and tombstoned — a group that has members
+  keeps its offsets; an Empty group with a protocol type loses all of them once it has been Empty
+  that long (its state timestamp); a group without one (standalone commits) loses each offset that
+  long after its commit. ``handle_deleted_topics`` removes the offsets of deleted topics at once.
+  An Empty group left without offsets is removed (a GroupMetadata tombstone). Times are wall-clock
+  milliseconds: they are stored in the records (commit and state timestamps) and compared after a
+  restart or a coordinator move, as in Kafka.
 
 The group protocol itself (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit's fencing,
 DeleteGroups, timers) is ``broker.group_coordinator.GroupCoordinator``, a subclass. No I/O, no
@@ -76,9 +85,13 @@ OFFSET_APPEND_ERRORS = {
 }
 
 
+OFFSETS_RETENTION_MS = 7 * 24 * 3600 * 1000  # offsets.retention.minutes: Kafka's default, 7 days
+OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000  # offsets.retention.check.interval.ms: Kafka's, 10 min
+
+
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
-    """Kafka's broker settings ``group.*`` and ``offset.metadata.max.bytes``."""
+    """Kafka's broker settings ``group.*``, ``offset.metadata.max.bytes`` and ``offsets.retention.*``."""
 
     min_session_timeout_ms: int = 6_000
     max_session_timeout_ms: int = 1_800_000
@@ -86,6 +99,8 @@ class GroupConfig:
     new_member_join_timeout_ms: int = 300_000
     max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4_096
+    offsets_retention_ms: int = OFFSETS_RETENTION_MS
+    offsets_retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +120,38 @@ class Effects:
 
 
 AppendDone = Callable[[GroupError, int, Effects], None]
+
+
+def expired_offsets(group: GroupMetadata, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+    """The partitions whose offsets expire at ``now_ms`` (Kafka's ``GroupMetadata.removeExpiredOffsets``,
+    KIP-211), never one with a commit in flight:
+
+    - a group with a protocol type (it had members) that is Empty: all of them, once it has been
+      Empty for ``retention_ms`` (its state timestamp; a group loaded without one, 0, counts from
+      each commit, as Kafka does for records without it);
+    - a group without a protocol type (only standalone commits, generation -1): each offset
+      ``retention_ms`` after its commit;
+    - a group with members: none. (Kafka also expires a Stable consumer group's offsets of topics it
+      no longer subscribes to, KIP-496: that needs the consumer protocol's subscriptions, not
+      decoded here.)
+    """
+    if group.protocol_type is not None and not group.is_state(S.EMPTY):
+        return []
+
+    def base_ms(value: OffsetAndMetadata) -> int:
+        if group.protocol_type is not None and group.state_timestamp_ms > 0:
+            return group.state_timestamp_ms
+        return value.commit_timestamp_ms
+
+    return [
+        tp
+        for tp, value in group.offsets.items()
+        if tp not in group.pending_commits and now_ms - base_ms(value) >= retention_ms
+    ]
+
+
+def _ignore_outcome(result: GroupError, now_ms: int, fx: Effects) -> None:
+    """Tombstones of expired offsets answer nobody (Kafka logs and goes on)."""
 
 
 def join_error(code: ErrorCode, message: str, member_id: str = "") -> JoinGroupResponse:
@@ -129,6 +176,7 @@ class GroupMetadataManager:
         self._loading_groups: dict[int, dict[str, GroupMetadata]] = {}
         self._appends: dict[int, AppendDone] = {}
         self._next_append_id = 0
+        self.offsets_check_deadline_ms: int | None = None  # set when the first partition is loaded
 
     # ---- partitions: load / unload ---------------------------------------------------------------
 
@@ -201,6 +249,8 @@ class GroupMetadataManager:
             for member in group.members.values():
                 member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
             self.groups[group_id] = group
+        if self.offsets_check_deadline_ms is None:
+            self.offsets_check_deadline_ms = now_ms + self.config.offsets_retention_check_interval_ms
         self.invariants()
 
     def unload(self, partition: int) -> Effects:
@@ -284,8 +334,11 @@ class GroupMetadataManager:
             fx.respond(rid, OffsetCommitResponse(OK, results))
             return
         records = tuple(OffsetCommitRecord(group.group_id, t, p, value) for (t, p), value in offsets.items())
+        group.pending_commits.update(offsets.keys())
 
         def done(result: GroupError, now_ms: int, fx: Effects) -> None:
+            group.pending_commits.subtract(offsets.keys())
+            group.pending_commits = +group.pending_commits  # drop the zero counts
             if result.code == E.NONE and self.groups.get(group.group_id) is group:
                 group.offsets.update(offsets)
             code = E(OFFSET_APPEND_ERRORS.get(E(result.code), E(result.code)))
@@ -349,6 +402,49 @@ class GroupMetadataManager:
             group.generation_id,
             members,
         )
+
+    # ---- offset expiration (KIP-211) and deleted topics ----------------------------------------------
+
+    def expire_offsets(self, now_ms: int) -> Effects:
+        """Remove and tombstone the offsets past ``offsets.retention.minutes`` (module docstring)."""
+        fx = Effects()
+        retention_ms = self.config.offsets_retention_ms
+        for group in list(self.groups.values()):
+            self._remove_offsets(group, expired_offsets(group, now_ms, retention_ms), now_ms, fx)
+        self.offsets_check_deadline_ms = now_ms + self.config.offsets_retention_check_interval_ms
+        self.invariants()
+        return fx
+
+    def handle_deleted_topics(self, topics: frozenset[str], now_ms: int) -> Effects:
+        """The topics are gone from the metadata: their committed offsets go too, in every group
+        (Kafka's ``onPartitionsDeleted``), except commits still being appended."""
+        fx = Effects()
+        for group in list(self.groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] in topics and tp not in group.pending_commits]
+            self._remove_offsets(group, gone, now_ms, fx)
+        self.invariants()
+        return fx
+
+    def _remove_offsets(
+        self, group: GroupMetadata, partitions: list[tuple[str, int]], now_ms: int, fx: Effects
+    ) -> None:
+        """Forget ``partitions``' offsets and tombstone them; an Empty group left with no offsets (no
+        commit in flight, no member about to join) is removed with a GroupMetadata tombstone
+        (``cleanupGroupMetadata``).
+        Tombstones are appended like any record; a failed append is not retried (Kafka neither):
+        the offsets reappear only if the partition is loaded again, and expire again."""
+        for tp in partitions:
+            del group.offsets[tp]
+        records: list[OffsetsRecord] = [
+            OffsetCommitRecord(group.group_id, t, p, None) for t, p in sorted(partitions)
+        ]
+        # (a member between its two JoinGroups, KIP-394, is pending in an Empty group: keep it)
+        if group.is_state(S.EMPTY) and not (group.offsets or group.pending_commits or group.pending_members):
+            group.transition_to(S.DEAD, now_ms)
+            del self.groups[group.group_id]
+            records.append(GroupMetadataRecord(group.group_id, None))
+        if records:
+            self._append(group.group_id, tuple(records), fx, _ignore_outcome)
 
     # ---- lag (metrics) --------------------------------------------------------------------------------
 

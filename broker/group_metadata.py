@@ -199,6 +199,9 @@ class GroupMetadata:
     static_members: dict[str, str] = field(default_factory=dict)  # group instance id -> member id
     pending_sync_members: set[str] = field(default_factory=set)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    # Offset commits appended but not yet answered, per partition: they never expire meanwhile
+    # (Kafka's pendingOffsetCommits), and a group with any is not removed.
+    pending_commits: Counter[tuple[str, int]] = field(default_factory=Counter)
     # Rebalance timers: the join phase ends at join_deadline_ms (InitialDelayedJoin for a new group
     # keeps extending it while members arrive); the sync phase at sync_deadline_ms.
     join_deadline_ms: int | None = None

@@ -7,7 +7,13 @@ The driver (``GroupDriver``) does the coordinator's I/O on the broker's event lo
   JoinGroup/SyncGroup), and list records to append to ``__consumer_offsets``;
 - each ``Append`` becomes one RecordBatch appended with acks=all through the ``ReplicaManager``
   (``offsets.commit.timeout.ms``); its outcome goes back with ``complete_append``;
-- one timer at the core's ``next_deadline_ms`` runs ``tick`` (sessions, join/sync phases);
+- one timer at the core's ``next_deadline_ms`` runs ``tick`` (sessions, join/sync phases, offset
+  expiration); the core's clock is the wall clock (``now_ms``: its timestamps are stored in the log),
+  the replica manager's the monotonic one (``replica_clock_ms``). A handler calls the core with
+  ``driver.now_ms()``, never the monotonic clock: the core's deadlines and stored timestamps are
+  wall-clock (there is deliberately no ``clock_ms`` attribute, the name it had before);
+- ``ReplicaManager.image_listeners``: a topic that leaves the metadata (deleted, or re-created under
+  a new id) takes its committed offsets with it (``handle_deleted_topics``);
 - ``ReplicaManager.role_listeners``: becoming leader of an ``__consumer_offsets`` partition starts a
   load task (the partition's log from its start to its end, replayed in chunks, yielding to the loop
   between them; requests meanwhile answer COORDINATOR_LOAD_IN_PROGRESS); losing it unloads. A load
@@ -47,6 +53,7 @@ from broker.group_requests import (
 from broker.offsets_codec import CorruptOffsetsRecordError, decode_batches, decode_record, encode_batch
 from broker.partition import ACKS_ALL
 from broker.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
+from metadata.image import MetadataImage
 from metadata.records import NO_LEADER
 from proto import admin_pb2, common_pb2, group_pb2, group_pb2_grpc
 from proto.errors import ErrorCode
@@ -112,10 +119,12 @@ class GroupDriver:
         clock_ms: Callable[[], int],
         commit_timeout_ms: int,
         rng: random.Random | None = None,
+        now_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.manager = manager
         self.core = GroupCoordinator(config, rng or random.Random())
-        self.clock_ms = clock_ms
+        self.replica_clock_ms = clock_ms  # monotonic: the replica manager's, never the core's
+        self.now_ms = now_ms  # wall clock: the core's
         self.commit_timeout_ms = commit_timeout_ms
         self._futures: dict[int, asyncio.Future] = {}
         self._next_request_id = 0
@@ -123,7 +132,9 @@ class GroupDriver:
         self._timer_ms: int | None = None
         self._load_tokens: dict[int, object] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._topic_ids: dict[str, str] = dict(manager.image.topic_ids)  # the topics seen so far
         manager.role_listeners.append(self.on_role)
+        manager.image_listeners.append(self.on_image)
 
     # ---- requests ---------------------------------------------------------------------------------
 
@@ -151,12 +162,12 @@ class GroupDriver:
     def _append(self, append: Append) -> None:
         tp = (OFFSETS_TOPIC, append.partition)
         try:
-            batch = encode_batch(append.records, wall_clock_ms())
+            batch = encode_batch(append.records, self.now_ms())
         except Exception as exc:  # a record the codec refuses: fail the request, keep the broker
             log.exception("cannot encode __consumer_offsets records")
             self.dispatch(
                 self.core.complete_append(
-                    append.append_id, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), self.clock_ms()
+                    append.append_id, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), self.now_ms()
                 )
             )
             return
@@ -164,14 +175,14 @@ class GroupDriver:
         def done(results: dict[tuple[str, int], ProduceResult]) -> None:
             result = results[tp]
             self.dispatch(
-                self.core.complete_append(append.append_id, result.code, result.message, self.clock_ms())
+                self.core.complete_append(append.append_id, result.code, result.message, self.now_ms())
             )
 
         self.manager.produce(
             ACKS_ALL,
             self.commit_timeout_ms,
             [ProduceRequestPartition(tp, batch, None)],
-            self.clock_ms(),
+            self.replica_clock_ms(),
             done,
         )
 
@@ -186,13 +197,26 @@ class GroupDriver:
             self._timer, self._timer_ms = None, None
         if deadline is None:
             return
-        delay_s = max(0.0, (deadline - self.clock_ms()) / 1000)
+        delay_s = max(0.0, (deadline - self.now_ms()) / 1000)
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
         self._timer_ms = deadline
 
     def _on_timer(self) -> None:
         self._timer, self._timer_ms = None, None
-        self.dispatch(self.core.tick(self.clock_ms()))
+        self.dispatch(self.core.tick(self.now_ms()))
+
+    # ---- deleted topics ---------------------------------------------------------------------------
+
+    def on_image(self, image: MetadataImage) -> None:
+        """A topic seen before that is gone now, or has a new id (deleted and re-created), is deleted:
+        its offsets go. A topic this broker never saw is left alone: its image may lag the one of
+        the coordinator that accepted the commit."""
+        ids = image.topic_ids
+        gone = frozenset(name for name, topic_id in self._topic_ids.items() if ids.get(name) != topic_id)
+        self._topic_ids = dict(ids)
+        if gone:
+            log.info("deleted topics %s: removing their committed offsets", sorted(gone))
+            self.dispatch(self.core.handle_deleted_topics(gone, self.now_ms()))
 
     # ---- leadership of __consumer_offsets partitions ----------------------------------------------
 
@@ -237,7 +261,7 @@ class GroupDriver:
                 continue
             if loaded is None:  # superseded by a newer role change
                 return
-            self.core.complete_loading(partition, self.clock_ms())
+            self.core.complete_loading(partition, self.now_ms())
             self._reschedule()
             log.info(
                 "%s-%d: loaded %d records up to offset %d (leader epoch %d)",
@@ -425,7 +449,7 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
             request.reason,
         )
         response = await self.driver.call(
-            lambda rid: self.core.handle_join_group(rid, req, self.driver.clock_ms())
+            lambda rid: self.core.handle_join_group(rid, req, self.driver.now_ms())
         )
         return fill(group_pb2.JoinGroupResponse(), response)
 
@@ -440,7 +464,7 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
             tuple((a.member_id, a.assignment) for a in request.assignments),
         )
         response = await self.driver.call(
-            lambda rid: self.core.handle_sync_group(rid, req, self.driver.clock_ms())
+            lambda rid: self.core.handle_sync_group(rid, req, self.driver.now_ms())
         )
         return fill(group_pb2.SyncGroupResponse(), response)
 
@@ -451,7 +475,7 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
             request.member_id,
             _optional(request, "group_instance_id"),
         )
-        response, fx = self.core.handle_heartbeat(req, self.driver.clock_ms())
+        response, fx = self.core.handle_heartbeat(req, self.driver.now_ms())
         self.driver.dispatch(fx)
         return fill(group_pb2.HeartbeatResponse(), response)
 
@@ -460,7 +484,7 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
             MemberIdentity(m.member_id, _optional(m, "group_instance_id"), m.reason) for m in request.members
         )
         response, fx = self.core.handle_leave_group(
-            LeaveGroupRequest(request.group_id, members), self.driver.clock_ms()
+            LeaveGroupRequest(request.group_id, members), self.driver.now_ms()
         )
         self.driver.dispatch(fx)
         return fill(group_pb2.LeaveGroupResponse(), response)
@@ -496,8 +520,9 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
             tuple(known),
         )
         if known or not unknown:
+            now_ms = self.driver.now_ms()
             response = await self.driver.call(
-                lambda rid: self.core.handle_offset_commit(rid, req, self.driver.clock_ms(), wall_clock_ms())
+                lambda rid: self.core.handle_offset_commit(rid, req, now_ms, now_ms)
             )
         else:
             response = OffsetCommitResponse(OK, {})
@@ -543,7 +568,7 @@ class GroupServicer(group_pb2_grpc.GroupServiceServicer):
         if not groups:
             return group_pb2.DeleteGroupsResponse()
         response = await self.driver.call(
-            lambda rid: self.core.handle_delete_groups(rid, groups, self.driver.clock_ms())
+            lambda rid: self.core.handle_delete_groups(rid, groups, self.driver.now_ms())
         )
         return fill(group_pb2.DeleteGroupsResponse(), response)
 
@@ -556,4 +581,6 @@ def group_config_from(settings: Any) -> GroupConfig:
         initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
         max_size=settings.group_max_size,
         offset_metadata_max_bytes=settings.offset_metadata_max_bytes,
+        offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
     )

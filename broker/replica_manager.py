@@ -298,6 +298,8 @@ class ReplicaManager:
         # Called with (tp, is_leader, leader_epoch) on every new role of a hosted partition, and
         # (tp, False, NO_EPOCH) when it stops; the group coordinator loads/unloads __consumer_offsets.
         self.role_listeners: list[Callable[[TP, bool, int], None]] = []
+        # Called with the image after every apply_image (the group coordinator drops deleted topics' offsets).
+        self.image_listeners: list[Callable[[MetadataImage], None]] = []
 
     # ---- metadata delta -> role changes --------------------------------------------------------
 
@@ -319,6 +321,8 @@ class ReplicaManager:
             self.topic_ids[tp[0]] = topic_id
             self._apply_partition(tp, reg, now_ms)
             self._applied[tp] = reg
+        for listener in self.image_listeners:
+            listener(image)
 
     def _apply_partition(self, tp: TP, reg: PartitionRegistration, now_ms: int) -> None:
         partition, plog = self._open(tp)

@@ -128,6 +128,8 @@ BROKER_KEYS = frozenset(
         "offsets.topic.segment.bytes",
         "offsets.commit.timeout.ms",
         "offset.metadata.max.bytes",
+        "offsets.retention.minutes",
+        "offsets.retention.check.interval.ms",
         "producer.id.expiration.ms",
         "socket.request.max.bytes",
         "max.connections",

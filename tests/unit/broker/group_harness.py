@@ -147,7 +147,7 @@ class Harness:
         rid = self.next_rid()
         parts = tuple(OffsetCommitPartition(t, p, o, -1, metadata) for (t, p), o in offsets.items())
         request = OffsetCommitRequest(group, generation, member_id, instance_id, parts)
-        self.apply(self.core.handle_offset_commit(rid, request, self.now_ms, 12345))
+        self.apply(self.core.handle_offset_commit(rid, request, self.now_ms, self.now_ms))  # as the driver
         return rid
 
     # ---- whole flows ---------------------------------------------------------------------------
