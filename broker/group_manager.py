@@ -13,13 +13,11 @@ partitions this broker leads, their loading and unloading, and what is stored in
 - reads: OffsetFetch, ListGroups, DescribeGroups, committed offsets for the lag gauges;
 - offset expiration (``expire_offsets``, KIP-211, Kafka's ``cleanupGroupMetadata``): every
   ``offsets.retention.check.interval.ms`` (a deadline of ``next_deadline_ms``, run by ``tick``) the
-  offsets past ``offsets.retention.minutes`` are removed and tombstoned — a group that has members
-  keeps its offsets; an Empty group with a protocol type loses all of them once it has been Empty
-  that long (its state timestamp); a group without one (standalone commits) loses each offset that
-  long after its commit. ``handle_deleted_topics`` removes the offsets of deleted topics at once.
-  An Empty group left without offsets is removed (a GroupMetadata tombstone). Times are wall-clock
-  milliseconds: they are stored in the records (commit and state timestamps) and compared after a
-  restart or a coordinator move, as in Kafka.
+  offsets past ``offsets.retention.minutes`` are removed and tombstoned (rules: ``expired_offsets``);
+  ``handle_deleted_topics`` removes the offsets of deleted topics at once. An Empty group left
+  without offsets is removed (a GroupMetadata tombstone). Times are wall-clock milliseconds: they
+  are stored in the records (commit and state timestamps) and compared after a restart or a
+  coordinator move, as in Kafka.
 
 The group protocol itself (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit's fencing,
 DeleteGroups, timers) is ``broker.group_coordinator.GroupCoordinator``, a subclass. No I/O, no
@@ -33,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.group_metadata import (
+    CONSUMER_PROTOCOL_TYPE,
     NO_GENERATION,
     NO_OFFSET,
     GroupMetadata,
@@ -131,10 +130,21 @@ def expired_offsets(group: GroupMetadata, now_ms: int, retention_ms: int) -> lis
       each commit, as Kafka does for records without it);
     - a group without a protocol type (only standalone commits, generation -1): each offset
       ``retention_ms`` after its commit;
-    - a group with members: none. (Kafka also expires a Stable consumer group's offsets of topics it
-      no longer subscribes to, KIP-496: that needs the consumer protocol's subscriptions, not
-      decoded here.)
+    - a Stable consumer group whose members' subscriptions decode (KIP-496): the offsets of topics
+      none of them subscribes to, each ``retention_ms`` after its commit;
+    - any other group with members: none.
     """
+    if group.is_state(S.STABLE) and group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+        subscribed = group.known_subscribed_topics()
+        if subscribed is None:
+            return []
+        return [
+            tp
+            for tp, value in group.offsets.items()
+            if tp[0] not in subscribed
+            and tp not in group.pending_commits
+            and now_ms - value.commit_timestamp_ms >= retention_ms
+        ]
     if group.protocol_type is not None and not group.is_state(S.EMPTY):
         return []
 

@@ -307,13 +307,18 @@ class GroupMetadata:
         """The topics the members of a consumer group subscribe to, from their metadata for the chosen
         protocol (Kafka's ConsumerProtocolSubscription). Like Kafka, metadata that does not decode
         counts as no subscription."""
+        return self.known_subscribed_topics() or frozenset()
+
+    def known_subscribed_topics(self) -> frozenset[str] | None:
+        """``subscribed_topics``, or None when they are not known (not a consumer group, no protocol
+        chosen, or a member's metadata does not decode): Kafka's ``subscribedTopics`` Option."""
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
-            return frozenset()
+            return None
         topics: set[str] = set()
         for member in self.members.values():
             decoded = subscription_topics(member.metadata_for(self.protocol_name))
             if decoded is None:
-                return frozenset()
+                return None
             topics.update(decoded)
         return frozenset(topics)
 

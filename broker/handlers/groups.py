@@ -48,7 +48,6 @@ from broker.handlers.context import BrokerServices, RequestContext
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
-from storage.log import wall_clock_ms
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -136,7 +135,7 @@ async def handle_join_group(
         context.header.client_id or "", member_host(context.client),
         require_known_member_id=context.version >= KNOWN_MEMBER_ID_VERSION,
     )  # fmt: skip
-    r = await driver.call(lambda rid: driver.core.handle_join_group(rid, req, driver.clock_ms()))
+    r = await driver.call(lambda rid: driver.core.handle_join_group(rid, req, driver.now_ms()))
     return m.JoinGroupResponse(
         throttle_time_ms=0, error_code=r.error.code, generation_id=r.generation_id,
         protocol_type=r.protocol_type or None,
@@ -159,7 +158,7 @@ async def handle_sync_group(
         request.protocol_type or "", request.protocol_name or "",
         tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
     )  # fmt: skip
-    r = await driver.call(lambda rid: driver.core.handle_sync_group(rid, req, driver.clock_ms()))
+    r = await driver.call(lambda rid: driver.core.handle_sync_group(rid, req, driver.now_ms()))
     return m.SyncGroupResponse(
         throttle_time_ms=0, error_code=r.error.code, protocol_type=r.protocol_type or None,
         protocol_name=r.protocol_name or None, assignment=r.assignment,
@@ -173,7 +172,7 @@ def handle_heartbeat(
     req = HeartbeatRequest(
         request.group_id, request.generation_id, request.member_id, request.group_instance_id
     )
-    response, fx = driver.core.handle_heartbeat(req, driver.clock_ms())
+    response, fx = driver.core.handle_heartbeat(req, driver.now_ms())
     driver.dispatch(fx)
     return m.HeartbeatResponse(throttle_time_ms=0, error_code=response.error.code)
 
@@ -190,7 +189,7 @@ def handle_leave_group(
     else:
         members = (MemberIdentity(request.member_id),)
     response, fx = driver.core.handle_leave_group(
-        LeaveGroupRequest(request.group_id, members), driver.clock_ms()
+        LeaveGroupRequest(request.group_id, members), driver.now_ms()
     )
     driver.dispatch(fx)
     if not batched:
@@ -233,7 +232,7 @@ async def handle_offset_commit(
     )
     if known or not results:
         response: OffsetCommitResponse = await driver.call(
-            lambda rid: driver.core.handle_offset_commit(rid, req, driver.clock_ms(), wall_clock_ms())
+            lambda rid: driver.core.handle_offset_commit(rid, req, driver.now_ms(), driver.now_ms())
         )
     else:
         response = OffsetCommitResponse(OK, {})
@@ -313,7 +312,7 @@ async def handle_offset_delete(
     driver = services.groups
     partitions = tuple((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     response = await driver.call(
-        lambda rid: driver.core.handle_offset_delete(rid, request.group_id, partitions, driver.clock_ms())
+        lambda rid: driver.core.handle_offset_delete(rid, request.group_id, partitions, driver.now_ms())
     )
     if response.error.code:
         return m.OffsetDeleteResponse(error_code=response.error.code, throttle_time_ms=0)
@@ -382,7 +381,7 @@ async def handle_delete_groups(
     results = []
     if names:
         response = await driver.call(
-            lambda rid: driver.core.handle_delete_groups(rid, names, driver.clock_ms())
+            lambda rid: driver.core.handle_delete_groups(rid, names, driver.now_ms())
         )
         results = [
             m.DeleteGroupsResponseDeletableGroupResult(group_id=r.group_id, error_code=r.error.code)

@@ -12,8 +12,9 @@ Every removal is a tombstone in ``__consumer_offsets``, so a reload does not bri
 from __future__ import annotations
 
 import dataclasses
+import struct
 
-from group_harness import CONFIG, GROUP, PARTITIONS, SESSION_MS, Harness
+from group_harness import CONFIG, GROUP, PARTITIONS, SESSION_MS, Harness, protocols
 
 from broker.group_metadata import GroupMetadataRecord, GroupState, OffsetCommitRecord
 from broker.group_requests import OffsetFetchRequest
@@ -38,19 +39,41 @@ def tombstones(h: Harness, since: int = 0) -> list[object]:
 
 def keep_alive(h: Harness, members: list[str], ms: int) -> None:
     """Advance ``ms`` while every member heartbeats (generation 1) well within its session."""
-    step = SESSION_MS // 3
-    for _ in range(ms // step):
-        h.advance(step)
+    target, step = h.now_ms + ms, SESSION_MS // 3
+    while h.now_ms < target:
+        h.advance(min(step, target - h.now_ms))
         assert all(h.heartbeat(m, 1) == 0 for m in members)
 
 
+def consumer_subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0: version, topics (int16-length strings), no user data."""
+    body = struct.pack(">hi", 0, len(topics))
+    for topic in topics:
+        body += struct.pack(">h", len(topic)) + topic.encode()
+    return body + struct.pack(">i", -1)
+
+
 def test_offsets_of_a_group_with_members_never_expire() -> None:
+    """Members whose metadata is no consumer subscription: the subscribed topics are unknown."""
     h = Harness(config=SHORT)
     leader, follower = h.stable_group(2)
     h.commit(leader, 1, {("t", 0): 5})
     keep_alive(h, [leader, follower], 3 * RETENTION_MS)
     assert committed(h) == {("t", 0): 5}
     assert tombstones(h) == []
+
+
+def test_a_stable_consumer_group_loses_offsets_of_topics_it_no_longer_subscribes_to() -> None:
+    """KIP-496: counted from each commit; the subscribed topic's offset stays however old."""
+    h = Harness(config=SHORT)
+    member = h.join_new(protos=protocols("range", metadata=consumer_subscription("t")))
+    h.advance_until_answered([h.last_rid])
+    assert h.answers[h.sync(member, 1, {member: b"a"})].error.code == 0
+    h.commit(member, 1, {("t", 0): 1, ("u", 0): 2})
+    keep_alive(h, [member], RETENTION_MS + 2 * CHECK_MS)
+    assert committed(h) == {("t", 0): 1}
+    assert tombstones(h) == [OffsetCommitRecord(GROUP, "u", 0, None)]
+    assert h.state() is S.STABLE
 
 
 def test_an_empty_group_loses_its_offsets_retention_after_it_became_empty() -> None:

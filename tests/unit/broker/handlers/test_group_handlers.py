@@ -72,9 +72,13 @@ class Harness:
         ]
         image.apply_batch(records, 1)
         self.appended = 0
-        self.manager = SimpleNamespace(image=image, role_listeners=[], logs={}, produce=self._produce)
+        self.manager = SimpleNamespace(
+            image=image, role_listeners=[], image_listeners=[], logs={}, produce=self._produce
+        )
         self.now_ms = 1_000
-        self.driver = GroupDriver(self.manager, CONFIG, lambda: self.now_ms, 5_000)  # type: ignore[arg-type]
+        self.driver = GroupDriver(  # one virtual clock for the replica manager and the core
+            self.manager, CONFIG, lambda: self.now_ms, 5_000, now_ms=lambda: self.now_ms  # type: ignore[arg-type]
+        )
         self.driver.core.begin_loading(led, OFFSETS_PARTITIONS)
         self.driver.core.complete_loading(led, self.now_ms)
         self.unknown_group = next(  # a group that does not exist but would be coordinated here
