@@ -92,13 +92,18 @@ def check_bindable(setting: str, address: str, value: str | None = None) -> None
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise ListenerError(f"{setting} {shown}: cannot resolve {host!r} ({exc.strerror})") from None
+    failures = []
     for family, kind, proto, _, sockaddr in infos:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind(sockaddr)
-            except OSError as exc:
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
                 raise listener_error(setting, shown, exc) from None
+            failures.append(exc)  # e.g. ::1 of "localhost" on a host without IPv6: the server skips it
+    if failures and len(failures) == len(infos):
+        raise listener_error(setting, shown, failures[0])
 
 
 def add_grpc_listener(server: grpc.aio.Server, setting: str, address: str) -> int:
@@ -107,10 +112,11 @@ def add_grpc_listener(server: grpc.aio.Server, setting: str, address: str) -> in
     check_bindable(setting, address)
     try:
         port = server.add_insecure_port(address)
-    except RuntimeError:  # grpc's own bind failed: someone took the port since check_bindable
+    except RuntimeError:  # grpc's own bind failed (it logs why): most likely a port taken since the check
         port = 0
     if port == 0:
-        raise listener_error(setting, address, OSError(errno.EADDRINUSE, "address already in use"))
+        check_bindable(setting, address)  # names a port taken meanwhile
+        raise ListenerError(f"{setting} {address}: cannot listen there (gRPC could not bind it)")
     return port
 
 
