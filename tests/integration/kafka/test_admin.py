@@ -207,7 +207,7 @@ def test_describe_cluster_delete_records_and_elect_leaders(
 
 
 def test_kafka_python_admin_client(cluster: BrokerCluster) -> None:
-    from kafka import KafkaAdminClient
+    from kafka import KafkaAdminClient, KafkaProducer
     from kafka import TopicPartition as KpPartition
     from kafka.admin import ConfigResource as KpResource
     from kafka.admin import ConfigResourceType
@@ -226,8 +226,19 @@ def test_kafka_python_admin_client(cluster: BrokerCluster) -> None:
         assert {name: entry["value"] for name, entry in modified.items()} == {"retention.ms": "60000"}
         cluster_info = client.describe_cluster()
         assert {b["broker_id"] for b in cluster_info["brokers"]} == {101, 102, 103}
-        deleted = client.delete_records({KpPartition("adm-kp", 0): 0})
-        assert deleted[KpPartition("adm-kp", 0)]["error_code"] == 0
+        producer = KafkaProducer(bootstrap_servers=cluster.cluster.kafka_bootstrap)  # idempotent by default
+        for i in range(5):
+            producer.send("adm-kp", b"p%d" % i, partition=0)
+        producer.flush(DEADLINE_S)
+        producer.close()
+        (state,) = client.describe_producers([KpPartition("adm-kp", 0)]).values()
+        (active,) = state.active_producers  # the leader's producer state
+        assert (active.producer_epoch, active.last_sequence) == (0, 4) and active.producer_id >= 0
+        deleted = client.delete_records({KpPartition("adm-kp", 0): 3})
+        assert (
+            deleted[KpPartition("adm-kp", 0)]["error_code"],
+            deleted[KpPartition("adm-kp", 0)]["low_watermark"],
+        ) == (0, 3)
         client.delete_topics(["adm-kp"])
         assert "adm-kp" not in client.list_topics()
     finally:

@@ -384,3 +384,44 @@ def test_delete_records_moves_the_log_start_up_to_the_high_watermark(h: Harness)
     assert delete(-1) == (0, 10)  # -1 = the high watermark
     assert delete(0, partition=5) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
     assert h.manager.logs[("t", 0)].log_start_offset == 10
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_elect_leaders_forwards_the_election_type_and_groups_results(h: Harness, version: int) -> None:
+    result = admin_pb2.ElectLeadersResponse.Result
+    h.controller.answers["ElectLeaders"] = lambda req: admin_pb2.ElectLeadersResponse(results=[
+        result(topic="t", partition=0, leader=101),
+        result(topic="t", partition=1, error=common_pb2.Error(code=ErrorCode.ELECTION_NOT_NEEDED)),
+    ])  # fmt: skip
+    wanted = [m.ElectLeadersRequestTopicPartitions(topic="t", partitions=[0, 1])]
+    r = h.call(ApiKey.ELECT_LEADERS, version, m.ElectLeadersRequest(election_type=1, topic_partitions=wanted))
+    ((_, sent),) = h.controller.calls
+    assert sent.election_type == (admin_pb2.UNCLEAN if version >= 1 else admin_pb2.PREFERRED)
+    assert [(t.topic, list(t.partitions)) for t in sent.topics] == [("t", [0, 1])]
+    ((topic, results),) = [(x.topic, x.partition_result) for x in r.replica_election_results]
+    assert topic == "t" and [(p.partition_id, p.error_code) for p in results] == [
+        (0, 0),
+        (1, ErrorCode.ELECTION_NOT_NEEDED),
+    ]
+    h.controller.down = True
+    down = h.call(ApiKey.ELECT_LEADERS, version, m.ElectLeadersRequest(topic_partitions=wanted))
+    codes = [p.error_code for x in down.replica_election_results for p in x.partition_result]
+    assert codes == [ErrorCode.NOT_CONTROLLER] * 2  # v0 has no top-level error: every partition says it
+
+
+def test_create_partitions_duplicates_and_forwarded_assignments(h: Harness) -> None:
+    h.controller.answers["CreatePartitions"] = lambda req: admin_pb2.CreatePartitionsResponse(
+        topics=[admin_pb2.CreatePartitionsResponse.Result(name=t.name) for t in req.topics]
+    )
+    topic = m.CreatePartitionsRequestCreatePartitionsTopic
+    on_102 = [m.CreatePartitionsRequestCreatePartitionsAssignment(broker_ids=[102])]
+    r = h.call(ApiKey.CREATE_PARTITIONS, 3, m.CreatePartitionsRequest(timeout_ms=0, topics=[
+        topic(name="t", count=2, assignments=on_102),
+        topic(name="d", count=2, assignments=None),
+        topic(name="d", count=3, assignments=None),
+    ]))  # fmt: skip
+    assert [(x.name, x.error_code) for x in r.results] == [("t", 0), ("d", ErrorCode.INVALID_REQUEST)]
+    ((_, sent),) = h.controller.calls
+    assert [(t.name, t.count, [list(a.broker_ids) for a in t.assignments]) for t in sent.topics] == [
+        ("t", 2, [[102]])
+    ]

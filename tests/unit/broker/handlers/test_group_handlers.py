@@ -309,3 +309,28 @@ def test_list_describe_and_delete_groups(h: Harness) -> None:
         (GROUP, ErrorCode.NON_EMPTY_GROUP),
         (h.unknown_group, ErrorCode.GROUP_ID_NOT_FOUND),
     ]
+
+
+def test_a_loading_offsets_partition_answers_coordinator_load_in_progress(h: Harness) -> None:
+    """Right after this broker became leader of the group's offsets partition, until its log is
+    replayed: clients retry (Kafka's COORDINATOR_LOAD_IN_PROGRESS), and ListGroups says so too."""
+    led = partition_for(GROUP, OFFSETS_PARTITIONS)
+    h.driver.core.begin_loading(led, OFFSETS_PARTITIONS)
+    assert h.call(ApiKey.JOIN_GROUP, 7, join()).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    fetched = h.call(ApiKey.OFFSET_FETCH, 7, m.OffsetFetchRequest(group_id=GROUP, topics=None))
+    assert fetched.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert (
+        h.call(ApiKey.LIST_GROUPS, 3, m.ListGroupsRequest()).error_code
+        == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    )
+    h.driver.core.complete_loading(led, h.now_ms)
+    assert h.call(ApiKey.JOIN_GROUP, 7, join()).error_code == ErrorCode.MEMBER_ID_REQUIRED
+
+
+def test_join_group_v0_uses_the_session_timeout_as_rebalance_timeout(h: Harness) -> None:
+    request = join()
+    request.rebalance_timeout_ms = 99_999  # not on the wire in v0
+    r = h.call(ApiKey.JOIN_GROUP, 0, request)
+    assert r.error_code == 0
+    member = h.driver.core.groups[GROUP].members[r.member_id]
+    assert member.rebalance_timeout_ms == member.session_timeout_ms == 10_000
