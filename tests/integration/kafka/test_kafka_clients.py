@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster
+from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, value
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -162,3 +162,23 @@ def test_kafka_python_idempotent_producer_and_session_fetching_consumer(cluster:
         consumer.close()
     for p in range(PARTITIONS):
         assert got[p] == [b"kp-%d" % i for i in range(p, 600, PARTITIONS)]
+
+
+def test_listener_metrics_on_the_prometheus_endpoint(cluster: BrokerCluster) -> None:
+    """Per-API requests, latency, bytes and errors, and open connections, on the broker's /metrics."""
+    topic = "metrics-probe"
+    cluster.create_topic(topic, partitions=1)
+    leader = cluster.broker(cluster.leader(topic))
+    producer = Producer({"bootstrap.servers": leader.kafka_address, "acks": "all"})
+    producer.produce(topic, value=b"m", partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    assert (value(leader, "pykraft_kafka_requests_total", api="Produce") or 0) >= 1
+    assert (value(leader, "pykraft_kafka_request_latency_seconds_count", api="Produce") or 0) >= 1
+    assert (value(leader, "pykraft_kafka_request_bytes_total", api="Produce") or 0) > 0
+    assert (value(leader, "pykraft_kafka_response_bytes_total", api="Metadata") or 0) > 0
+    assert (value(leader, "pykraft_kafka_connections", listener="PLAINTEXT") or 0) >= 1
+    AdminClient({"bootstrap.servers": leader.kafka_address}).list_topics(topic="absent", timeout=DEADLINE_S)
+    errors = value(
+        leader, "pykraft_kafka_request_errors_total", api="Metadata", error="UNKNOWN_TOPIC_OR_PARTITION"
+    )
+    assert (errors or 0) >= 1
