@@ -41,6 +41,9 @@ NO_PREFERRED_REPLICA = -1
 CONSUMER_REPLICA_IDS = frozenset({-1, -2})  # a consumer; -2 also a debugging consumer (v<15)
 LEADER_HINT_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 DEFAULT_PARTITION_MAX_BYTES = 1 << 20
+# An error partition carries empty records, never null (Kafka's MemoryRecords.EMPTY): librdkafka stops
+# parsing the whole answer at a null records field.
+EMPTY_RECORDS = b""
 
 
 def handle_fetch(
@@ -155,7 +158,7 @@ def _partition(
 def _unknown_topic_id(index: int) -> m.FetchResponsePartitionData:
     return m.FetchResponsePartitionData(
         partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_ID, high_watermark=-1,
-        last_stable_offset=-1, log_start_offset=-1, records=None,
+        last_stable_offset=-1, log_start_offset=-1, records=EMPTY_RECORDS,
     )  # fmt: skip
 
 
