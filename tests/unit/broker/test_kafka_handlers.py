@@ -25,7 +25,14 @@ from broker.metrics import KafkaRequestMetrics
 from broker.network import NO_RESPONSE, Close
 from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
-from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from metadata.records import (
+    ConfigRecord,
+    ConfigResourceType,
+    Endpoint,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+)
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_request, parse_response
@@ -37,7 +44,7 @@ LISTENER = "PLAINTEXT"
 
 
 class Broker:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, **topic_configs: str) -> None:
         image = MetadataImage()
         records = [
             RegisterBrokerRecord(
@@ -53,6 +60,10 @@ class Broker:
             PartitionRecord(TOPIC_ID, 0, (101,), (101,), 101, leader_epoch=3),
             TopicRecord("other", OTHER_ID),
             PartitionRecord(OTHER_ID, 0, (102,), (102,), 102, leader_epoch=7),
+            *(
+                ConfigRecord(ConfigResourceType.TOPIC, "t", k.replace("_", "."), v)
+                for k, v in topic_configs.items()
+            ),
         ]
         image.apply_batch(records, 1)
         self.manager = ReplicaManager(
@@ -345,3 +356,47 @@ def test_list_offsets_max_timestamp_from_v7(broker: Broker) -> None:
     found = max_timestamp(7)
     assert (found.error_code, found.timestamp, found.offset) == (0, 9000, 3)
     assert max_timestamp(6).error_code == ErrorCode.INVALID_REQUEST
+
+
+def produce_batch(batch: bytes, acks: int = -1) -> m.ProduceRequest:
+    data = m.ProduceRequestPartitionProduceData(index=0, records=batch)
+    return m.ProduceRequest(
+        acks=acks,
+        timeout_ms=1000,
+        topic_data=[m.ProduceRequestTopicProduceData(name="t", partition_data=[data])],
+    )
+
+
+def first_result(broker: Broker, request: m.ProduceRequest, version: int = 9):
+    return broker.call(ApiKey.PRODUCE, version, request).responses[0].partition_responses[0]
+
+
+def test_acks_all_below_min_insync_replicas_is_refused(tmp_path: Path) -> None:
+    broker = Broker(tmp_path, min_insync_replicas="2")  # ISR of one
+    result = first_result(broker, produce("t", [b"a"]))
+    assert result.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert broker.manager.logs[("t", 0)].log_end_offset == 0
+    assert first_result(broker, produce("t", [b"a"], acks=1)).error_code == 0
+
+
+def test_batch_above_max_message_bytes_is_refused(tmp_path: Path) -> None:
+    broker = Broker(tmp_path, max_message_bytes="200")
+    result = first_result(broker, produce("t", [b"x" * 500]))
+    assert result.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert result.error_message  # v8+: the reason travels with the code
+    assert broker.manager.logs[("t", 0)].log_end_offset == 0
+
+
+def test_idempotent_retry_gets_the_original_offset_and_a_gap_is_refused(broker: Broker) -> None:
+    def batch(sequence: int) -> bytes:
+        return build_batch(
+            [(None, b"v%d" % sequence, (), 0)], producer_id=9, producer_epoch=0, base_sequence=sequence
+        )
+
+    assert first_result(broker, produce_batch(batch(0))).base_offset == 0
+    assert first_result(broker, produce_batch(batch(1))).base_offset == 1
+    retry = first_result(broker, produce_batch(batch(0)))
+    assert (retry.error_code, retry.base_offset) == (0, 0)
+    gap = first_result(broker, produce_batch(batch(5)))
+    assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert broker.manager.logs[("t", 0)].log_end_offset == 2
