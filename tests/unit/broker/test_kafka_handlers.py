@@ -400,3 +400,16 @@ def test_idempotent_retry_gets_the_original_offset_and_a_gap_is_refused(broker: 
     gap = first_result(broker, produce_batch(batch(5)))
     assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert broker.manager.logs[("t", 0)].log_end_offset == 2
+
+
+@pytest.mark.parametrize(
+    ("epoch", "code"), [(2, ErrorCode.FENCED_LEADER_EPOCH), (4, ErrorCode.UNKNOWN_LEADER_EPOCH), (3, 0)]
+)
+def test_fetch_checks_the_clients_leader_epoch(broker: Broker, epoch: int, code: int) -> None:
+    """KIP-320: a stale epoch is fenced (with the current leader, v12+), a newer one unknown."""
+    request = fetch(0)
+    request.topics[0].partitions[0].current_leader_epoch = epoch
+    part = broker.call(ApiKey.FETCH, 12, request).responses[0].partitions[0]
+    assert part.error_code == code
+    if code == ErrorCode.FENCED_LEADER_EPOCH:
+        assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (101, 3)
