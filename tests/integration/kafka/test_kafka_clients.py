@@ -8,6 +8,9 @@ stopped by pid in the fixture's ``finally`` (``running_cluster``).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +185,16 @@ def test_listener_metrics_on_the_prometheus_endpoint(cluster: BrokerCluster) -> 
         leader, "pykraft_kafka_request_errors_total", api="Metadata", error="UNKNOWN_TOPIC_OR_PARTITION"
     )
     assert (errors or 0) >= 1
+
+
+def test_cluster_status_prints_the_kafka_bootstrap(cluster: BrokerCluster) -> None:
+    """``pykraft cluster status`` shows each broker's Kafka address and the bootstrap to use."""
+    local = cluster.cluster
+    cli = [sys.executable, "-m", "pykraft.cli", "cluster", "status", "--data-dir", str(local.data_dir)]
+    as_json = subprocess.run([*cli, "--json"], capture_output=True, text=True, timeout=DEADLINE_S, check=True)
+    assert json.loads(as_json.stdout)["kafka_bootstrap"] == local.kafka_bootstrap
+    table = subprocess.run(cli, capture_output=True, text=True, timeout=DEADLINE_S, check=True).stdout
+    assert f"kafka bootstrap: {local.kafka_bootstrap}" in table
+    assert all(n.kafka_address in table for n in local.broker_nodes)
+    md = AdminClient({"bootstrap.servers": local.kafka_bootstrap}).list_topics(timeout=DEADLINE_S)
+    assert set(md.brokers) == {n.node_id for n in local.broker_nodes}
