@@ -157,13 +157,21 @@ class KafkaRequestMetrics:
                                  registry=registry)  # fmt: skip
         self.closes = Counter("pykraft_kafka_connections_closed", "Connections the broker closed, by reason",
                               ["reason"], registry=registry)  # fmt: skip
+        self._children: dict[str, tuple[Any, Any, Any, Any]] = {}
 
     def observe_request(self, api: str, seconds: float, bytes_in: int, bytes_out: int) -> None:
-        self.requests.labels(api).inc()
-        self.latency.labels(api).observe(seconds)
-        self.bytes_in.labels(api).inc(bytes_in)
+        children = self._children.get(api)
+        if children is None:  # labels() costs a lock and a dict lookup per call: once per API
+            children = self._children[api] = (
+                self.requests.labels(api), self.latency.labels(api), self.bytes_in.labels(api),
+                self.bytes_out.labels(api),
+            )  # fmt: skip
+        requests, latency, received, sent = children
+        requests.inc()
+        latency.observe(seconds)
+        received.inc(bytes_in)
         if bytes_out:
-            self.bytes_out.labels(api).inc(bytes_out)
+            sent.inc(bytes_out)
 
     def observe_errors(self, api: str, errors: Iterable[str]) -> None:
         for name in errors:
