@@ -3,9 +3,9 @@
 DESIGN.md "Core rules": the leader's HW is min(LEO over the ISR); a follower that does not catch up
 within replica.lag.time.max.ms leaves the ISR (AlterPartition) and rejoins once its LEO reaches the
 HW; acks=all needs |ISR| >= min.insync.replicas and is answered when the HW passes the batch; a
-replica that becomes follower truncates by leader epoch, never to its HW. Each test leaves every node
-running and every ISR full, so the next one starts from a healthy cluster; the last one stops the
-cluster and compares the replicas' log files.
+replica that becomes follower truncates by leader epoch, never to its HW. The scenarios are module
+fixtures that leave every node running and every ISR full; the tests assert their outcomes, in any
+order; the file comparison stops the cluster cleanly and starts it again.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -141,11 +142,30 @@ def _verify(cluster: BrokerCluster, topic: str, workload: Workload) -> None:
     assert not workload.errors, workload.errors[:5]
 
 
-def test_acked_records_survive_leader_kills(cluster: BrokerCluster) -> None:
-    """SIGKILL the partition leader three times while producing acks=all (once together with the
-    active controller); killed brokers restart, truncate by epoch, catch up and rejoin the ISR.
-    Afterwards every acknowledged record is at its offset, offsets are contiguous, and no consumer
-    saw a record that was later truncated. Preferred election then moves the leadership back."""
+# The three scenarios are module fixtures, not tests that must run first: each test that checks a
+# scenario's outcome asks for it, so the tests pass alone and in any order (issue 14 §3); a scenario
+# runs once per module whichever test asks first. Assertions inside a scenario are about its
+# intermediate states; its outcome is asserted by the tests.
+
+
+@dataclass(frozen=True)
+class Scenario:
+    topic: str
+    replicas: tuple[int, ...]
+    workload: Workload | None = None
+
+
+def _wait_full_isrs(cluster: BrokerCluster) -> None:
+    """Every scenario topic that exists back to a full ISR: the next scenario starts from a healthy one."""
+    for topic in sorted({t.name for t in cluster.admin.list_topics()} & {"failover", "stall", "diverge"}):
+        replicas = set(cluster.describe(topic).replicas)
+        cluster.wait_isr(topic, replicas, timeout_s=45)
+
+
+@pytest.fixture(scope="module")
+def failover(cluster: BrokerCluster) -> Scenario:
+    """SIGKILL the partition leader three times while producing acks=all (once together with the active
+    controller); killed brokers restart and rejoin the ISR."""
     topic = "failover"
     cluster.create_topic(topic, min_insync_replicas="2")
     with Workload(cluster, topic) as workload:
@@ -164,6 +184,16 @@ def test_acked_records_survive_leader_kills(cluster: BrokerCluster) -> None:
                 cluster.cluster.start_node(spec)
             cluster.wait_isr(topic, set(BROKERS), timeout_s=45)
             workload.wait_progress(15)
+    _wait_full_isrs(cluster)
+    return Scenario(topic, BROKERS, workload)
+
+
+def test_acked_records_survive_leader_kills(cluster: BrokerCluster, failover: Scenario) -> None:
+    """After the leader kills of ``failover`` (killed brokers truncate by epoch, catch up and rejoin the
+    ISR) every acknowledged record is at its offset, offsets are contiguous, and no consumer saw a
+    record that was later truncated. Preferred election then moves the leadership back."""
+    topic, workload = failover.topic, failover.workload
+    assert workload is not None
     _verify(cluster, topic, workload)
     assert len(workload.acked) >= 150
     wait_for(lambda: cluster.admin.elect_leaders("preferred", [(topic, 0)]) is not None
@@ -171,7 +201,8 @@ def test_acked_records_survive_leader_kills(cluster: BrokerCluster) -> None:
     assert cluster.leader(topic) == 101
 
 
-def test_stalled_follower_holds_the_hw_until_it_leaves_the_isr(cluster: BrokerCluster) -> None:
+@pytest.fixture(scope="module")
+def stall(cluster: BrokerCluster) -> Scenario:
     """SIGSTOP one follower: the HW stops at its LEO until replica.lag.time.max.ms drops it from the
     ISR, then moves on. With only the leader left in sync, acks=all gets NOT_ENOUGH_REPLICAS (nothing
     appended) and acks=1 still works. SIGCONT: the followers catch up and rejoin the ISR."""
@@ -204,16 +235,24 @@ def test_stalled_follower_holds_the_hw_until_it_leaves_the_isr(cluster: BrokerCl
     finally:
         for broker_id in stopped:
             cluster.cluster.signal_node(cluster.broker(broker_id), signal.SIGCONT)
-    cluster.wait_isr(topic, set(BROKERS), timeout_s=30)
-    assert cluster.produce(leader, topic, [b"r6"]).code == ErrorCode.NONE
-    assert [v for _, v in cluster.read_all(leader, topic)] == [f"r{i}".encode() for i in range(7)]
+    _wait_full_isrs(cluster)
+    return Scenario(topic, BROKERS)
 
 
-def test_kip101_diverged_logs_after_two_replicas_fail_together(cluster: BrokerCluster) -> None:
-    """KIP-101 scenario 2 end to end: leader A holds an uncommitted offset 1 that follower B lacks; both
-    die; B comes back first, leads a new epoch and writes a different offset 1. A returns
-    as follower, learns from B's diverging epoch that its epoch ended at 1, truncates its offset 1 and
-    takes B's record: both replicas agree below the HW (compared in the files by the next test)."""
+def test_stalled_follower_holds_the_hw_until_it_leaves_the_isr(
+    cluster: BrokerCluster, stall: Scenario
+) -> None:
+    """After ``stall`` (its intermediate HW and ISR checks) the followers rejoined: acks=all works again
+    and the log holds exactly the records that were acknowledged, in order."""
+    leader = cluster.leader(stall.topic)
+    assert cluster.produce(leader, stall.topic, [b"r6"]).code == ErrorCode.NONE
+    assert [v for _, v in cluster.read_all(leader, stall.topic)] == [f"r{i}".encode() for i in range(7)]
+
+
+@pytest.fixture(scope="module")
+def diverge(cluster: BrokerCluster) -> Scenario:
+    """KIP-101 scenario 2: leader A holds an uncommitted offset 1 that follower B lacks; both die; B comes
+    back first, leads a new epoch and writes a different offset 1; then A returns as follower."""
     topic = "diverge"
     # B stalls first, so its session expires first and the controller drops it from the ISR: with
     # clean elections KRaft's fencing keeps B from leading at all. The topic allows unclean election
@@ -239,16 +278,26 @@ def test_kip101_diverged_logs_after_two_replicas_fail_together(cluster: BrokerCl
     assert (from_b.code, from_b.base_offset) == (ErrorCode.NONE, 1)
     wait_for(lambda: cluster.high_watermark(b, topic) == 2, 20, "B's HW past its own offset 1")
     cluster.cluster.start_node(cluster.broker(a))
-    cluster.wait_isr(topic, {a, b}, timeout_s=45)
-    cluster.wait_isr("failover", set(BROKERS), timeout_s=45)
-    cluster.wait_isr("stall", set(BROKERS), timeout_s=45)
-    assert [v for _, v in cluster.read_all(b, topic)] == [b"r0", b"r1-from-B"]
+    _wait_full_isrs(cluster)
+    return Scenario(topic, (a, b))
 
 
-def test_replicas_hold_identical_logs(cluster: BrokerCluster) -> None:
+def test_kip101_diverged_logs_after_two_replicas_fail_together(
+    cluster: BrokerCluster, diverge: Scenario
+) -> None:
+    """A learned from B's diverging epoch that its epoch ended at 1, truncated its offset 1 and took B's
+    record (both replicas' files are compared by test_replicas_hold_identical_logs)."""
+    values = [v for _, v in cluster.read_all(cluster.leader(diverge.topic), diverge.topic)]
+    assert values == [b"r0", b"r1-from-B"]
+
+
+def test_replicas_hold_identical_logs(
+    cluster: BrokerCluster, failover: Scenario, stall: Scenario, diverge: Scenario
+) -> None:
     """After a clean stop every replica's log holds the same records at every offset below the HW
-    (each ISR member's LEO reached it: HW = min LEO over the ISR, and every ISR is full here)."""
-    replicas = {"failover": BROKERS, "stall": BROKERS, "diverge": (101, 102)}
+    (each ISR member's LEO reached it: HW = min LEO over the ISR, and every ISR is full here). The
+    cluster is started again afterwards, so that this test need not be the module's last."""
+    replicas = {s.topic: s.replicas for s in (failover, stall, diverge)}
     hws = {t: cluster.high_watermark(cluster.leader(t), t) for t in replicas}
     graceful = cluster.cluster.down(timeout_s=20.0)
     assert all(graceful.values()), graceful
@@ -259,3 +308,8 @@ def test_replicas_hold_identical_logs(cluster: BrokerCluster) -> None:
         first = logs[brokers[0]]
         assert len(first) == hws[t], f"{t}: {len(first)} records below HW {hws[t]}"
         assert all(log == first for log in logs.values()), f"{t}: replicas differ below HW {hws[t]}"
+    cluster.cluster.start()
+    cluster.cluster.wait_until(
+        lambda: all(cluster.cluster.healthy(n) for n in cluster.cluster.nodes), 60, "every node healthy again"
+    )
+    _wait_full_isrs(cluster)
