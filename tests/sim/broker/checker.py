@@ -244,7 +244,9 @@ class Checker:
                 f"leader b{broker_id} of epoch {epoch}: HW fell from {floor} to {high_watermark}"
             )
         self.high_watermark_floor[epoch] = high_watermark
-        if broker_id in self.amnesia:
+        reg = self.sim.controller.partition()
+        elected = reg is not None and (reg.leader, reg.leader_epoch) == (broker_id, epoch)
+        if broker_id in self.amnesia and elected:  # not a zombie of an older epoch: the real leader
             # An amnesic (or uncleanly elected) replica leads: what it lacks is gone for good.
             if verified < len(self.committed):
                 self._forget_from(verified, f"b{broker_id} leads epoch {epoch} without it")
@@ -273,7 +275,8 @@ class Checker:
         # reconciles with the new leader: treat it as amnesic until it holds the new prefix.
         for broker_id in self.sim.brokers:
             self.verified[broker_id] = min(self.verified.get(broker_id, 0), offset)
-            self.amnesia[broker_id] = min(offset, self.amnesia.get(broker_id, offset))
+            # reconciled = holds a record committed after the forgotten point (hence max, not min)
+            self.amnesia[broker_id] = max(offset, self.amnesia.get(broker_id, offset))
 
     def _check_acked(self, offset: int) -> None:
         value_id = self.acked[offset]

@@ -62,7 +62,7 @@ from metadata.api import (
 )
 from metadata.configs import AlterConfigOp
 from metadata.controller import ControllerConfig, QuorumController
-from metadata.image import MetadataImage
+from metadata.image import MetadataImage, PartitionRegistration
 from metadata.partition_change import Election
 from metadata.records import ConfigRecord, ConfigResourceType, Record
 from proto import errors
@@ -370,9 +370,13 @@ class SimController:
             self.elect(Election.PREFERRED, quiet=True)
         self.sim.after(self.sim.options.auto_rebalance_ms or 0, self._rebalance_loop)
 
-    def leader(self) -> int:
+    def partition(self) -> PartitionRegistration | None:
         topic = self.core.image.topic_by_name(TOPIC)
-        return NO_LEADER if topic is None else topic.partitions[0].leader
+        return None if topic is None else topic.partitions[0]
+
+    def leader(self) -> int:
+        reg = self.partition()
+        return NO_LEADER if reg is None else reg.leader
 
     def commit(self, records: tuple[Record, ...], why: str) -> int | None:
         if not records:
