@@ -360,6 +360,12 @@ def _take_listeners(items: list[str], args: argparse.Namespace) -> tuple[list[st
     if args.listen is None and GRPC_LISTENER in entries:
         host, port = entries[GRPC_LISTENER]
         args.listen = f"{host}:{port}"
+    elif args.listen is None:
+        raise SettingsError(
+            f"{LISTENERS}={value}: no {GRPC_LISTENER}://HOST:PORT entry and no --listen; a broker serves its "
+            f"gRPC services there and Kafka clients on the other entries, e.g. "
+            f"{LISTENERS}={GRPC_LISTENER}://0.0.0.0:9091,PLAINTEXT://0.0.0.0:9092"
+        )
     return rest, value
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from broker import replica_manager
 from broker.config import BrokerConfigError, BrokerSettings, config_from, parse_overrides
 from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from broker.replica_manager import ProduceRequestPartition, ReplicaManager
@@ -64,17 +63,15 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    wall = Clock()
-    monkeypatch.setattr(replica_manager, "wall_clock_ms", wall)
-    return wall
+def clock() -> Clock:
+    return Clock()
 
 
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[Harness]:
     """The ReplicaManager harness, every manager built with producer_id_expiration_ms=EXPIRATION_MS
-    (the keyword broker.server passes from BrokerSettings)."""
-    configured = functools.partial(ReplicaManager, producer_id_expiration_ms=EXPIRATION_MS)
+    (the keyword broker.server passes from BrokerSettings) and the test's clock injected."""
+    configured = functools.partial(ReplicaManager, producer_id_expiration_ms=EXPIRATION_MS, clock_ms=clock)
     monkeypatch.setattr(test_replica_manager, "ReplicaManager", configured)
     h = Harness(tmp_path)
     yield h

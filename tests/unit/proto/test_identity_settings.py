@@ -47,12 +47,16 @@ def test_a_broker_described_by_its_properties_file(tmp_path: Path) -> None:
     """Kafka's server.properties names; brokers may find the controllers from the voters, as Kafka's do."""
     path = tmp_path / "server.properties"
     path.write_text(
-        "node.id=102\nlisteners=PLAINTEXT://0.0.0.0:9092\nadvertised.listeners=PLAINTEXT://broker-2:9092\n"
+        "node.id=102\nlisteners=GRPC://0.0.0.0:9091,PLAINTEXT://0.0.0.0:9092\n"
+        "advertised.listeners=GRPC://broker-2:9091,PLAINTEXT://broker-2:9092\n"
         "controller.quorum.voters=1@c1:9093,2@c2:9093\nlog.dirs=/var/lib/b2\nbroker.rack=r2\n"
         "min.insync.replicas=2\n"
     )
     config = config_from(broker_args(["--config-file", str(path)]))
-    assert (config.node_id, config.listen, config.endpoint) == (102, "0.0.0.0:9092", ("broker-2", 9092))
+    assert (config.node_id, config.listen, config.endpoint) == (102, "0.0.0.0:9091", ("broker-2", 9091))
+    [kafka] = config.kafka_listeners
+    assert (kafka.name, kafka.host, kafka.port) == ("PLAINTEXT", "0.0.0.0", 9092)
+    assert (kafka.advertised_host, kafka.advertised_port) == ("broker-2", 9092)
     assert (config.controllers, config.data_dir, config.rack) == (
         ("c1:9093", "c2:9093"),
         Path("/var/lib/b2"),
@@ -81,11 +85,13 @@ def test_environment_and_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         ("node.id=1\nlisteners=h:1\nlog.dirs=d\n",
          "--controllers is required (or controller.quorum.bootstrap"),
         ("node.id=one\n", "setting node.id=one:"),
-        ("node.id=1\nlisteners=SSL://h:1\n", "listeners=SSL://h:1: unknown listener"),
+        ("node.id=1\nlisteners=SSL://h:1\n", "listeners=SSL://h:1: no GRPC://HOST:PORT entry"),
+        ("node.id=1\nlisteners=GRPC://h:1,SSL://h:2\ncontroller.quorum.voters=1@v:1\nlog.dirs=d\n",
+         "listener SSL uses SSL, which pykraft does not support yet"),
         ("node.id=1\nlisteners=h:1\ncontroller.quorum.voters=1@v:1\nlog.dirs=a,b\n",
          "log.dirs=a,b: pykraft uses one"),
     ],
-    ids=["no-node-id", "no-controllers", "bad-node-id", "bad-listener", "two-log-dirs"],
+    ids=["no-node-id", "no-controllers", "bad-node-id", "no-grpc-listener", "ssl-listener", "two-log-dirs"],
 )  # fmt: skip
 def test_missing_or_bad_identity_is_named(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "p"
