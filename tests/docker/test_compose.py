@@ -11,9 +11,12 @@ script's reason, when none can start: no root, apt failing, ...), make the deboo
 ``DockerCompose`` runs `up --wait` with free host ports in an env file and `down --volumes` at the
 end, also on failure. An engine this test started is stopped by its pid.
 
-Networking: brokers advertise ``broker-N:PORT`` (their compose service name) and listen on the same
-PORT that is published on 127.0.0.1, so this test — a client outside the compose network — maps each
-advertised ``broker-N:PORT`` to ``127.0.0.1:PORT`` (what an /etc/hosts line does for a user).
+Networking: the brokers' gRPC services advertise ``broker-N:PORT`` (their compose service name) and
+listen on the same PORT that is published on 127.0.0.1, so this test's gRPC calls — a client outside
+the compose network — map each advertised ``broker-N:PORT`` to ``127.0.0.1:PORT`` (what an
+/etc/hosts line does for a user). Kafka clients need no such map (issue 14 §4): each broker's
+EXTERNAL Kafka listener advertises 127.0.0.1 and its published port, and a confluent-kafka producer
+and consumer on the host bootstrap from one of them and produce and read back through all three.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ BUILD_TIMEOUT_S = 900  # first build ~2-5 minutes (pip downloads wheels); cached
 COMPOSE_TIMEOUT_S = 240
 RPC_TIMEOUT_S = 10.0
 TOPIC = "compose-demo"
+KAFKA_TOPIC = "compose-kafka-clients"
+KAFKA_RECORDS = 60
+KAFKA_DEADLINE_S = 60.0
 PARTITIONS = 3
 BROKER_IDS = (101, 102, 103)
 BATCHES_BEFORE, BATCHES_AFTER, RECORDS_PER_BATCH = 4, 3, 50
@@ -150,10 +156,13 @@ def image(docker_host: str) -> str:
 class Stack:
     """The running compose project as the test sees it: published ports and gRPC stubs to brokers."""
 
-    def __init__(self, compose, controller_ports: list[int], broker_ports: dict[int, int]) -> None:
+    def __init__(
+        self, compose, controller_ports: list[int], broker_ports: dict[int, int], kafka_ports: dict[int, int]
+    ) -> None:
         self.compose = compose
         self.controller_ports = controller_ports
         self.broker_ports = broker_ports  # broker id -> the port it advertises, listens on and publishes
+        self.kafka_ports = kafka_ports  # broker id -> its EXTERNAL Kafka listener's port (same on the host)
         self.admin = AdminClient(",".join(f"127.0.0.1:{p}" for p in controller_ports), timeout_s=60.0)
         self._channels: dict[str, grpc.Channel] = {}
         self.stopped: set[int] = set()
@@ -281,8 +290,8 @@ class Stack:
 def stack(image: str, tmp_path: Path) -> Iterator[Stack]:
     from testcontainers.compose import DockerCompose
 
-    ports = pick_ports(6)  # outside the ephemeral range (proto.listeners)
-    controller_ports, broker_port_list = ports[:3], ports[3:]
+    ports = pick_ports(9)  # outside the ephemeral range (proto.listeners)
+    controller_ports, broker_port_list, kafka_port_list = ports[:3], ports[3:6], ports[6:]
     env_file = tmp_path / "compose.env"
     lines = {
         "PYKRAFT_COMPOSE_PROJECT": f"pykraft-test-{os.getpid()}",
@@ -293,11 +302,17 @@ def stack(image: str, tmp_path: Path) -> Iterator[Stack]:
         "PYKRAFT_BROKER_OVERRIDES": BROKER_OVERRIDES,
         **{f"PYKRAFT_CONTROLLER_PORT_{i + 1}": str(p) for i, p in enumerate(controller_ports)},
         **{f"PYKRAFT_BROKER_PORT_{i + 1}": str(p) for i, p in enumerate(broker_port_list)},
+        **{f"PYKRAFT_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(kafka_port_list)},
     }
     env_file.write_text("".join(f'{k}="{v}"\n' for k, v in lines.items()))
     compose = DockerCompose(context=ROOT, compose_file_name="compose.yaml", env_file=str(env_file), wait=True)
     started = time.monotonic()
-    stack = Stack(compose, controller_ports, dict(zip(BROKER_IDS, broker_port_list, strict=True)))
+    stack = Stack(
+        compose,
+        controller_ports,
+        dict(zip(BROKER_IDS, broker_port_list, strict=True)),
+        dict(zip(BROKER_IDS, kafka_port_list, strict=True)),
+    )
     try:
         with stack.logs_on_failure():
             compose.start()  # `up --wait`: every service healthy, in depends_on order
@@ -311,7 +326,55 @@ def stack(image: str, tmp_path: Path) -> Iterator[Stack]:
 def test_compose_quorum_survives_a_stopped_broker(stack: Stack) -> None:
     """Acknowledged (acks=all, min.insync.replicas=2) records survive stopping one broker container."""
     with stack.logs_on_failure():
+        _kafka_clients_on_the_host(stack)
         _produce_stop_broker_and_read_back(stack)
+
+
+def _kafka_clients_on_the_host(stack: Stack) -> None:
+    """A Kafka client outside the compose network bootstraps from one EXTERNAL listener; the Metadata
+    answer names every broker at 127.0.0.1 and its published port, and acks=all records produced
+    through them (every partition's leader) are read back."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient as KafkaAdmin
+
+    bootstrap = f"127.0.0.1:{stack.kafka_ports[BROKER_IDS[0]]}"
+    stack.admin.create_topic(KAFKA_TOPIC, num_partitions=PARTITIONS, replication_factor=3)
+    admin = KafkaAdmin({"bootstrap.servers": bootstrap})
+
+    def led() -> object:
+        md = admin.list_topics(topic=KAFKA_TOPIC, timeout=KAFKA_DEADLINE_S)
+        topic = md.topics[KAFKA_TOPIC]
+        ready = topic.error is None and len(topic.partitions) == PARTITIONS
+        return md if ready and all(p.leader >= 0 for p in topic.partitions.values()) else None
+
+    metadata = wait_for(led, 60, f"leaders of {KAFKA_TOPIC} in the Kafka Metadata answer")
+    endpoints = {b.id: (b.host, b.port) for b in metadata.brokers.values()}
+    assert endpoints == {b: ("127.0.0.1", p) for b, p in stack.kafka_ports.items()}, endpoints
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "message.timeout.ms": int(KAFKA_DEADLINE_S * 1000)})  # fmt: skip
+    failures: list[str] = []
+    values = [f"host-client-{i}".encode() for i in range(KAFKA_RECORDS)]
+    for i, value in enumerate(values):
+        producer.produce(KAFKA_TOPIC, value=value, partition=i % PARTITIONS,
+                         on_delivery=lambda err, _msg: err is None or failures.append(str(err)))  # fmt: skip
+    assert producer.flush(KAFKA_DEADLINE_S) == 0, "records not delivered through the EXTERNAL listeners"
+    assert not failures, failures[:5]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compose-host-client",
+                         "enable.auto.commit": False})  # fmt: skip
+    consumer.assign([TopicPartition(KAFKA_TOPIC, p, 0) for p in range(PARTITIONS)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + KAFKA_DEADLINE_S
+    try:
+        while len(got) < KAFKA_RECORDS:
+            assert time.monotonic() < deadline, f"read {len(got)} of {KAFKA_RECORDS} from the host"
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+            elif msg is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(values)
 
 
 def _produce_stop_broker_and_read_back(stack: Stack) -> None:
