@@ -55,6 +55,7 @@ from metadata.api import (
     AlterPartitionItem,
     AlterPartitionRequest,
     BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
     BrokerState,
     ElectLeadersRequest,
     NewTopic,
@@ -312,8 +313,8 @@ class Sim:
         self.after(self.rng.randint(1, 2 * self.options.fault_every_ms), self._fault_loop)
         fault = self.rng.choices(
             ("crash", "power_loss", "pause", "isolate", "cut_brokers", "preferred", "unclean", "config",
-             "restart", "quiet"),
-            weights=(4, 2, 3, 3, 2, 3, 1, 3, 6, 2),
+             "restart", "quiet", "shutdown"),
+            weights=(4, 2, 3, 3, 2, 3, 1, 3, 6, 2, 2),
         )[0]  # fmt: skip
         live = [b for b in self.brokers.values() if b.alive]
         dead = [b for b in self.brokers.values() if not b.alive]
@@ -321,6 +322,8 @@ class Sim:
         if fault in ("crash", "power_loss") and broker.alive and len(live) >= 2:
             broker.crash(power_loss=fault == "power_loss")
             self.after(self.rng.randint(50, 3_000), lambda: broker.start() if not broker.alive else None)
+        elif fault == "shutdown" and broker.alive and not broker.shutting_down and len(live) >= 2:
+            broker.controlled_shutdown()
         elif fault == "restart" and dead:
             self.rng.choice(dead).start()
         elif fault == "pause" and broker.alive:
@@ -471,6 +474,7 @@ class SimBroker:
         self.image = MetadataImage()
         self.broker_epoch = -1
         self.roles_started = False
+        self.shutting_down = False
         self.metadata_request = 0
         self.fetchers = SimFetchers(self)
         self.manager = ReplicaManager(
@@ -585,28 +589,45 @@ class SimBroker:
         if self.broker_epoch < 0:
             self.register()  # the registration or its answer was lost: try again
             return
-        request = BrokerHeartbeatRequest(self.broker_id, self.broker_epoch, self.image.offset)
+        request = BrokerHeartbeatRequest(
+            self.broker_id, self.broker_epoch, self.image.offset, want_shut_down=self.shutting_down
+        )
         generation = self.generation
 
         def at_controller() -> None:
             result = self.sim.controller.core.handle_broker_heartbeat(request, self.sim.now_ms)
             self.sim.controller.commit(result.records, f"heartbeat b{self.broker_id}")
-            code = result.response.error.code
+            response = result.response
             self.sim.send(
                 CONTROLLER,
                 self.broker_id,
-                lambda: self._heartbeat_answer(code),
+                lambda: self._heartbeat_answer(response),
                 "heartbeat answer",
                 generation,
             )
 
         self.sim.send(self.broker_id, CONTROLLER, at_controller, "heartbeat")
 
-    def _heartbeat_answer(self, code: int) -> None:
+    def _heartbeat_answer(self, response: BrokerHeartbeatResponse) -> None:
+        code = response.error.code
         if code in REREGISTER_CODES:
             self.sim.note(f"b{self.broker_id} heartbeat refused ({ErrorCode(code).name}): registering again")
             self.broker_epoch = -1
             self.register()
+        elif self.shutting_down and response.should_shut_down and not self.manager.led_partitions():
+            self._stop_cleanly()
+
+    def controlled_shutdown(self) -> None:
+        """SIGTERM: heartbeats ask to shut down; the controller moves leadership away (a clean leader
+        move), then the broker closes its logs (flush, checkpoints, clean-shutdown marker) and stops."""
+        self.shutting_down = True
+        self.sim.note(f"controlled shutdown of b{self.broker_id} requested")
+
+    def _stop_cleanly(self) -> None:
+        self.manager.close()
+        self.alive = False
+        self.sim.note(f"b{self.broker_id} stopped cleanly")
+        self.sim.after(self.sim.rng.randint(50, 1_500), lambda: None if self.alive else self.start())
 
     def fetch_metadata(self) -> None:
         self.metadata_request += 1

@@ -56,7 +56,7 @@ def test_schedules_exercise_the_interesting_paths() -> None:
     for needle in (
         "ack v", "power loss b", "crash b", "pause b", "cut ", "lost fetch", "PREFERRED election",
         "AlterPartition [", "session expired [", "alter config max.message.bytes", "producers quiet",
-        "truncated", "heal",
+        "truncated", "heal", "stopped cleanly", "unclean election of",
     ):  # fmt: skip
         assert needle in text, f"no {needle!r} in 30 seeds"
 
