@@ -88,13 +88,19 @@ class Checker:
         self.high_watermark_floor: dict[int, int] = {}  # leader epoch -> highest HW its leader had
         self.no_progress: dict[int, tuple[object, int]] = {}  # broker -> (last truncation state, count)
         self.forgotten = 0  # records forgotten after an amnesic or unclean leader took over
+        self.lossy_epoch = -1  # the latest leader epoch whose leader lacked committed history
 
     # ---- events reported by the simulation --------------------------------------------------------
 
     def produced(self, value_id: int, size_bytes: int) -> None:
         self.batch_bytes[value_id] = size_bytes
 
-    def acknowledged(self, offset: int, value_id: int, broker_id: int) -> None:
+    def acknowledged(self, offset: int, value_id: int, broker_id: int, leader_epoch: int) -> None:
+        if leader_epoch < self.lossy_epoch:
+            # A zombie leader of an epoch older than one whose leader legitimately lacked history (an
+            # unclean or amnesic election) still acknowledges with its own ISR: that write is lost too.
+            self.sim.note(f"ack v{value_id}@{offset} by zombie b{broker_id} of epoch {leader_epoch} (lost)")
+            return
         self.acked[offset] = value_id
         self.unconfirmed.add(offset)
         self.sim.note(f"ack v{value_id}@{offset} by b{broker_id}")
@@ -250,6 +256,7 @@ class Checker:
             # An amnesic (or uncleanly elected) replica leads: what it lacks is gone for good.
             if verified < len(self.committed):
                 self._forget_from(verified, f"b{broker_id} leads epoch {epoch} without it")
+                self.lossy_epoch = max(self.lossy_epoch, epoch)
             self.amnesia.pop(broker_id, None)
 
     def _commit(self, offset: int, value_id: int, why: str) -> None:

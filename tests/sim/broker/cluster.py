@@ -274,7 +274,7 @@ class Sim:
             result = results[PARTITION]
             self.note(f"produce v{value_id} acks={acks} b{target}: {result.code.name} @{result.base_offset}")
             if result.code == ErrorCode.NONE and acks == ACKS_ALL:
-                self.checker.acknowledged(result.base_offset, value_id, target)
+                self.checker.acknowledged(result.base_offset, value_id, target, result.leader_epoch)
 
         def at_broker() -> None:
             broker = self.brokers[target]

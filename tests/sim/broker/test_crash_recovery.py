@@ -2,7 +2,9 @@
 
 Each failing seed becomes a test here: the seed itself (the whole schedule, checked by the simulation's
 invariants) and, where the cause is one component, a minimal reproduction on that component with the
-same crash emulation (tests/sim/broker/disk.py).
+same crash emulation (tests/sim/broker/disk.py). A seed names a schedule of the simulator as it is: a
+change to the simulator's faults re-rolls every schedule, so the minimal reproductions are the
+durable regression tests and the seeds are a cheap extra.
 """
 
 from __future__ import annotations
