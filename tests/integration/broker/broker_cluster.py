@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from proto import broker_pb2, broker_pb2_grpc
+from proto import broker_pb2, broker_pb2_grpc, errors
 from proto.errors import ErrorCode
 from pykraft.admin import AdminClient, PartitionInfo
 from pykraft.cluster import LocalCluster, NodeSpec
@@ -37,6 +37,7 @@ FAST_OVERRIDES = {
     "controller.quorum.election.timeout.ms": "300",
     "controller.quorum.heartbeat.interval.ms": "50",
 }
+TopicAlreadyExistsError = errors.exception_class(ErrorCode.TOPIC_ALREADY_EXISTS)
 START_TIMEOUT_S = 60.0
 RPC_TIMEOUT_S = 10.0
 SCRAPE_TIMEOUT_S = 5.0
@@ -122,10 +123,20 @@ class BrokerCluster:
     # ---- metadata ----------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1, rf: int = 3, **configs: str) -> None:
+        """Create ``name`` and wait until every replica acts on it.
+
+        The admin client retries CreateTopics on NOT_CONTROLLER and timeouts, and an attempt that
+        got one of those may still have committed (a forward that timed out, a controller that lost
+        its leadership after appending — the new leader commits the entry): the retry then answers
+        TOPIC_ALREADY_EXISTS. That counts as created when the topic is exactly the one asked for."""
         assignments = {p: [101 + (p + i) % rf for i in range(rf)] for p in range(partitions)}
-        self.admin.create_topic(
-            name, configs={k.replace("_", "."): v for k, v in configs.items()}, assignments=assignments
-        )
+        topic_configs = {k.replace("_", "."): v for k, v in configs.items()}
+        try:
+            self.admin.create_topic(name, configs=topic_configs, assignments=assignments)
+        except TopicAlreadyExistsError:
+            (existing,) = self.admin.describe_topics([name])
+            layout = {p.partition: list(p.replicas) for p in existing.partitions}
+            assert layout == assignments, f"topic {name} existed already, as {layout}"
         wait_for(lambda: self.all_brokers_lead_or_follow(name, partitions), 30, f"{name} on every replica")
 
     def describe(self, topic: str, partition: int = 0) -> PartitionInfo:
