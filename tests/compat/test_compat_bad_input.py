@@ -29,6 +29,7 @@ from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_respons
 from storage.record_batch import build_batch
 from tests.compat.clients import DEADLINE_S, read_confluent
 from tests.integration.broker.broker_cluster import BrokerCluster
+from tests.integration.kafka.test_kafka_bad_input import closed_by_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -131,18 +132,6 @@ def test_per_partition_errors_keep_the_connection_and_append_nothing(
     finally:
         to_leader.close()
         to_follower.close()
-
-
-def closed_by_broker(sock: socket.socket) -> bool:
-    sock.settimeout(DEADLINE_S)
-    try:
-        while sock.recv(65536):
-            pass
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("what", ["size prefix shorter than the request", "negative array count"])
