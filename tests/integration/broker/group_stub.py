@@ -41,6 +41,12 @@ class Coordinator:
         for channel in self._channels.values():
             channel.close()
 
+    def __enter__(self) -> Coordinator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def find(self, timeout_s: float = 30.0) -> group_pb2_grpc.GroupServiceStub:
         def ask() -> group_pb2.FindCoordinatorResponse | None:
             for spec in self.cluster.cluster.broker_nodes:

@@ -42,11 +42,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
 
 @pytest.fixture
 def coordinator(cluster: BrokerCluster, request: pytest.FixtureRequest) -> Iterator[Coordinator]:
-    c = Coordinator(cluster, f"group-{request.node.name}")
-    try:
+    with Coordinator(cluster, f"group-{request.node.name}") as c:  # one group per test
         yield c
-    finally:
-        c.close()
 
 
 def test_two_members_then_one_stops_heartbeating(coordinator: Coordinator) -> None:

@@ -41,11 +41,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
 
 @pytest.fixture
 def coordinator(cluster: BrokerCluster, request: pytest.FixtureRequest) -> Iterator[Coordinator]:
-    c = Coordinator(cluster, f"group-{request.node.name}")
-    try:
+    with Coordinator(cluster, f"group-{request.node.name}") as c:  # one group per test
         yield c
-    finally:
-        c.close()
 
 
 def offsets_records(cluster: BrokerCluster, group: str) -> list[OffsetsRecord]:
