@@ -25,6 +25,10 @@ the previous one, the action carries ``repeated`` >= 1 and the partition backs o
 ``fetch_backoff_ms``; the driver logs the first repeat of such a streak as a warning. Any other
 answer, or a new position, ends the streak.
 
+Partitions go into a request in rotation (Kafka's ``updateAndMoveToEnd``): one that got records
+moves to the end. The leader gives a batch bigger than the size limits only to the first partition
+with data (minOneMessage), so in a fixed order a partition behind a busy one would wait for good.
+
 After applying an action the driver reports the new end of the local log with ``update_position``.
 An answer is applied only if the partition's state is still the one the request was built from
 (same fetch offset and leader epoch, not removed meanwhile): a late or duplicated response is
@@ -197,7 +201,7 @@ class ReplicaFetcher:
             return None
         ready = tuple(
             FetchRequestPartition(tp, s.fetch_offset, s.last_fetched_epoch, s.current_leader_epoch)
-            for tp, s in sorted(self._states.items())
+            for tp, s in self._states.items()
             if s.delayed_until_ms <= now_ms
         )
         if not ready:
@@ -242,6 +246,8 @@ class ReplicaFetcher:
             if fetched is None or not self._still_current(state, part):
                 continue
             action = self._partition_action(tp, fetched, local_view, now_ms)
+            if isinstance(action, AppendRecords) and action.records and tp in self._states:
+                self._states[tp] = self._states.pop(tp)  # to the end of the rotation
             if isinstance(action, TruncateTo):
                 action = self._note_truncation(part, action, now_ms)
             else:

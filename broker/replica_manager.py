@@ -253,6 +253,34 @@ def _available_bytes(fetch_offset: int, end_offset: int) -> int:
     return HEADER_SIZE + records * MIN_RECORD_BYTES if records > 0 else 0
 
 
+class FetchBudget:
+    """The size limits of one fetch across its partitions, Kafka's ``readFromLocalLog``: every partition
+    reads at most ``min(partition_max_bytes, what the request's max_bytes has left)``; until the first
+    partition that returns data, a first batch bigger than that is returned whole (minOneMessage, so a
+    fetch always makes progress); after it, a batch that does not fit gives its partition nothing.
+    Consumer and follower fetches alike."""
+
+    __slots__ = ("bytes_left", "min_one_batch")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.bytes_left = max_bytes
+        self.min_one_batch = True
+
+    def read(
+        self, plog: Log, fetch_offset: int, partition_max_bytes: int, max_offset: int | None = None
+    ) -> bytes:
+        if self.bytes_left <= 0 and not self.min_one_batch:
+            return b""
+        records = plog.read(
+            fetch_offset, max(0, min(partition_max_bytes, self.bytes_left)), max_offset,
+            min_one_batch=self.min_one_batch,
+        )  # fmt: skip
+        if records:
+            self.min_one_batch = False
+            self.bytes_left = max(0, self.bytes_left - len(records))
+        return records
+
+
 class ReplicaManager:
     """The partitions hosted on broker ``broker_id`` (see the module docstring)."""
 
@@ -645,7 +673,7 @@ class ReplicaManager:
         """Read ``[fetch_offset, HW)`` per partition; park until ``min_bytes`` or ``max_wait_ms``."""
 
         def read() -> dict[TP, FetchResult]:
-            budget = [max_bytes]
+            budget = FetchBudget(max_bytes)
             return {item.tp: self._consumer_read(item, budget) for item in items}
 
         self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.consumer_fetches,
@@ -680,7 +708,7 @@ class ReplicaManager:
         else:
             self.on_deadline(now_ms + max_wait_ms)
 
-    def _consumer_read(self, item: FetchRequestPartition, budget: list[int]) -> FetchResult:
+    def _consumer_read(self, item: FetchRequestPartition, budget: FetchBudget) -> FetchResult:
         tp = item.tp
         error = self._check_hosted(tp)
         if error is not None:
@@ -699,12 +727,7 @@ class ReplicaManager:
             return FetchResult(result.error.code, result.error.message, **base)
         if result.diverging_epoch is not None:
             return FetchResult(ErrorCode.NONE, diverging_epoch=result.diverging_epoch, **base)
-        records = b""
-        if budget[0] > 0:
-            records = plog.read(
-                item.fetch_offset, min(item.max_bytes, budget[0]), max_offset=result.max_offset
-            )
-            budget[0] -= len(records)
+        records = budget.read(plog, item.fetch_offset, item.max_bytes, max_offset=result.max_offset)
         return FetchResult(ErrorCode.NONE, records=records, **base)
 
     def list_offset(
@@ -807,7 +830,7 @@ class ReplicaManager:
         showed the follower's new incarnation must not record the old incarnation's LEO (KIP-903)."""
 
         def read() -> dict[TP, FetchResult]:
-            budget = [max_bytes]
+            budget = FetchBudget(max_bytes)
             now = clock_ms()
             stale = self._stale_broker_epoch(replica_id, broker_epoch)
             if stale is not None:
@@ -830,7 +853,12 @@ class ReplicaManager:
         return None
 
     def _follower_read(
-        self, replica_id: int, broker_epoch: int, item: FetchRequestPartition, budget: list[int], now_ms: int
+        self,
+        replica_id: int,
+        broker_epoch: int,
+        item: FetchRequestPartition,
+        budget: FetchBudget,
+        now_ms: int,
     ) -> FetchResult:
         tp = item.tp
         error = self._check_hosted(tp)
@@ -865,10 +893,7 @@ class ReplicaManager:
             return FetchResult(result.error.code, result.error.message, **base)
         if result.diverging_epoch is not None:
             return FetchResult(ErrorCode.NONE, diverging_epoch=result.diverging_epoch, **base)
-        records = b""
-        if budget[0] > 0:
-            records = plog.read(item.fetch_offset, min(item.max_bytes, budget[0]))
-            budget[0] -= len(records)
+        records = budget.read(plog, item.fetch_offset, item.max_bytes)
         return FetchResult(ErrorCode.NONE, records=records, **base)
 
     def offsets_for_leader_epoch(

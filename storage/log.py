@@ -313,12 +313,16 @@ class Log:
 
     # -------------------------------------------------------------------------------------- reads
 
-    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+    def read(
+        self, start_offset: int, max_bytes: int, max_offset: int | None = None, *, min_one_batch: bool = True
+    ) -> bytes:
         """Raw whole batches from the one holding ``start_offset``, stopping before ``max_offset``.
 
-        At least one batch is returned when one is available, even when bigger than ``max_bytes``
-        (Kafka's rule, so that a consumer always makes progress). One read stays inside one segment,
-        as in Kafka: the caller fetches again from the next offset.
+        With ``min_one_batch`` the first batch is returned when one is available, even when bigger
+        than ``max_bytes`` (Kafka's minOneMessage, so that a consumer always makes progress); without
+        it a first batch bigger than ``max_bytes`` gives nothing (a fetch passes it only until its
+        first non-empty partition). One read stays inside one segment, as in Kafka: the caller
+        fetches again from the next offset.
         """
         self._check_readable(start_offset)
         if max_bytes < 0:
@@ -336,8 +340,8 @@ class Log:
             limit = end[0] if end is not None else limit
         if limit <= start_position:
             return b""
-        # Whole batches only, and at least the first one (Kafka's rule: consumers always progress).
-        want_end = min(start_position + max(max_bytes, first_size), limit)
+        # Whole batches only, and at least the first one if asked (Kafka's rule: consumers progress).
+        want_end = min(start_position + (max(max_bytes, first_size) if min_one_batch else max_bytes), limit)
         end = segment.whole_batches_end(start_position, want_end) if want_end < limit else limit
         return segment.read(start_position, end)
 
