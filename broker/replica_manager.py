@@ -734,7 +734,12 @@ class ReplicaManager:
         self, tp: TP, spec: str, timestamp_ms: int, current_leader_epoch: int | None
     ) -> ListOffsetResult:
         """EARLIEST = log start offset, LATEST = HW, TIMESTAMP = the time index, MAX_TIMESTAMP = the
-        batch with the largest timestamp (both below the HW)."""
+        batch with the largest timestamp (both below the HW).
+
+        A new leader whose HW is still below its epoch's start offset (its followers have not
+        fetched in the new epoch yet) does not know the committed end: LATEST, and a timestamp lookup
+        that finds nothing below the HW, answer OFFSET_NOT_AVAILABLE, retriable (Kafka's
+        ``Partition.fetchOffsetForTimestamp``) — the old HW would make a consumer skip or re-read."""
         error = self._check_hosted(tp)
         partition = self.partitions.get(tp)
         if error is None and partition is not None:
@@ -746,9 +751,13 @@ class ReplicaManager:
         if spec == "EARLIEST":
             offset = plog.log_start_offset
             return ListOffsetResult(ErrorCode.NONE, offset=offset, leader_epoch=self._epoch_at(plog, offset))
+        lagging = _high_watermark_lagging(tp, partition)
         if spec == "LATEST":
-            offset = partition.high_watermark
-            return ListOffsetResult(ErrorCode.NONE, offset=offset, leader_epoch=self._epoch_at(plog, offset))
+            if lagging is not None:
+                return lagging
+            return ListOffsetResult(
+                ErrorCode.NONE, offset=partition.high_watermark, leader_epoch=partition.leader_epoch
+            )
         if spec == "MAX_TIMESTAMP":  # KIP-734, limited to the HW like every timestamp lookup
             found = plog.max_timestamp_and_offset()
         elif timestamp_ms < 0:
@@ -756,7 +765,8 @@ class ReplicaManager:
         else:
             found = plog.offset_for_timestamp(timestamp_ms)
         if found is None or found.offset >= partition.high_watermark:
-            return ListOffsetResult(ErrorCode.NONE)  # Kafka's answer: offset -1, timestamp -1
+            # Kafka's answer: offset -1, timestamp -1 — unless the HW is not known yet
+            return lagging if lagging is not None else ListOffsetResult(ErrorCode.NONE)
         return ListOffsetResult(
             ErrorCode.NONE, offset=found.offset, timestamp_ms=found.timestamp,
             leader_epoch=self._epoch_at(plog, found.offset),
@@ -1040,6 +1050,19 @@ class ReplicaManager:
             assert plog.log_end_offset == partition.log_end_offset, (
                 f"{tp}: log LEO {plog.log_end_offset} != partition LEO {partition.log_end_offset}"
             )
+
+
+def _high_watermark_lagging(tp: TP, partition: Partition) -> ListOffsetResult | None:
+    """OFFSET_NOT_AVAILABLE while a new leader's HW is below its epoch's start offset, else None."""
+    epoch_start = partition.leader_epoch_start_offset
+    if epoch_start <= partition.high_watermark:
+        return None
+    return ListOffsetResult(
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        f"{tp[0]}-{tp[1]}: the leader's high watermark {partition.high_watermark} is behind the start "
+        f"offset {epoch_start} of its leader epoch {partition.leader_epoch}; retry once the followers "
+        "have fetched in the new epoch",
+    )
 
 
 def _complete_now(_key: TopicPartition, _fetch_offset: int) -> FetchReadiness:

@@ -39,9 +39,11 @@ DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 FETCH_MAX_BYTES = 16 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 200  # long poll when the leader's HW has not reached our range yet
 
-# Errors after which the client re-learns leaders and tries again.
+# Errors after which the client re-learns leaders and tries again (OFFSET_NOT_AVAILABLE: a new
+# leader's HW has not caught up with its epoch's start yet).
 REFRESH_ERRORS = frozenset(
     {
+        errors.ErrorCode.OFFSET_NOT_AVAILABLE,
         errors.ErrorCode.NOT_LEADER_OR_FOLLOWER,
         errors.ErrorCode.FENCED_LEADER_EPOCH,
         errors.ErrorCode.UNKNOWN_LEADER_EPOCH,

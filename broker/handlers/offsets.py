@@ -4,7 +4,9 @@ ListOffsets, per partition, on its leader (``ReplicaManager.list_offset``): time
 = the log start offset, -1 (LATEST) = the HW (also the last stable offset, so read_committed gets the
 same), a timestamp >= 0 = the first offset below the HW whose record is at least that recent (or
 offset -1 when none is), -3 (MAX_TIMESTAMP, v7, KIP-734) = the batch holding the largest timestamp
-below the HW. v0 answers in ``old_style_offsets``; the leader epoch of the offset from v4.
+below the HW. v0 answers in ``old_style_offsets``; the leader epoch of the offset from v4. While a new
+leader's HW lags its epoch's start offset, LATEST (and a timestamp with no answer below the HW) is
+OFFSET_NOT_AVAILABLE from v5, LEADER_NOT_AVAILABLE before (both retriable).
 
 OffsetForLeaderEpoch (KIP-320, consumers validating their position after a leader change): the end
 offset of the largest epoch <= the requested one, from the leader's epoch cache — real offsets, as
@@ -24,6 +26,7 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 SPECS = {EARLIEST_TIMESTAMP: "EARLIEST", LATEST_TIMESTAMP: "LATEST", MAX_TIMESTAMP: "MAX_TIMESTAMP"}
 MAX_TIMESTAMP_VERSION = 7
+OFFSET_NOT_AVAILABLE_VERSION = 5  # older clients get LEADER_NOT_AVAILABLE (Kafka's KafkaApis)
 NO_OFFSET = -1
 
 
@@ -53,8 +56,11 @@ def _list_offset(
     r = services.manager.list_offset(
         (topic, p.partition_index), spec, p.timestamp, _epoch(p.current_leader_epoch)
     )
+    code = r.code
+    if code == ErrorCode.OFFSET_NOT_AVAILABLE and version < OFFSET_NOT_AVAILABLE_VERSION:
+        code = ErrorCode.LEADER_NOT_AVAILABLE
     return m.ListOffsetsResponseListOffsetsPartitionResponse(
-        partition_index=p.partition_index, error_code=r.code,
+        partition_index=p.partition_index, error_code=code,
         old_style_offsets=[r.offset] if r.code == 0 and r.offset != NO_OFFSET else [],
         timestamp=r.timestamp_ms, offset=r.offset, leader_epoch=r.leader_epoch,
     )  # fmt: skip
