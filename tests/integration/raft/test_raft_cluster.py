@@ -218,6 +218,10 @@ def test_sigterm_hands_leadership_over_and_reads_are_linearizable(make_cluster) 
     reply = cluster.stub(leader).ReadIndex(raft_pb2.ReadIndexRequest(), timeout=CALL_TIMEOUT_S)
     assert reply.error_code == ErrorCode.NONE and reply.index >= last, reply
     follower = next(n for n in cluster.ids if n != leader)
+    # a commit needs a majority only: on a loaded machine this follower may not have heard from the
+    # leader yet (it would answer "no leader is known yet", without the hint checked below)
+    wait_until(lambda: (s := cluster.status(follower)) is not None and s.leader_id == leader,
+               f"follower {follower} to know leader {leader}")  # fmt: skip
     refused = cluster.stub(follower).ReadIndex(raft_pb2.ReadIndexRequest(), timeout=CALL_TIMEOUT_S)
     assert refused.error_code == ErrorCode.NOT_CONTROLLER and refused.leader.leader_id == leader, refused
     term = cluster.status(leader).term
