@@ -502,10 +502,9 @@ def _decode_headers(data: bytes, pos: int, record_end: int, index: int) -> tuple
         size = (raw >> 1) ^ -(raw & 1)
         if size < 0 or pos + size > record_end:
             raise CorruptRecordError(f"record {index} header key length {size} is negative or overruns it")
-        try:
-            name = data[pos : pos + size].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptRecordError(f"record {index} header key is not utf-8: {exc}") from None
+        # Kafka's consumer decodes keys as Java's new String(bytes, UTF_8) does: invalid bytes become
+        # U+FFFD, never an error (the broker does not check them either).
+        name = data[pos : pos + size].decode("utf-8", "replace")
         pos += size
         raw, pos = read_unsigned(data, pos)
         size = (raw >> 1) ^ -(raw & 1)
@@ -522,6 +521,30 @@ def _decode_headers(data: bytes, pos: int, record_end: int, index: int) -> tuple
 
 # ----------------------------------------------------------------------------------------------
 # Checking without decoding (the broker's LogValidator)
+
+
+def _skip_headers(data: bytes, pos: int, record_end: int, index: int) -> int:
+    """The position after the headers at ``pos``, checking only counts and lengths: Kafka's broker
+    never decodes header keys, so a key that is not UTF-8 is stored as sent."""
+    raw, pos = read_unsigned(data, pos)
+    count = (raw >> 1) ^ -(raw & 1)
+    if not 0 <= count <= (record_end - pos) // 2:  # each header takes at least 2 bytes
+        raise CorruptRecordError(
+            f"record {index} header count {count} does not fit its {record_end - pos} bytes"
+        )
+    for _ in range(count):
+        raw, pos = read_unsigned(data, pos)
+        size = (raw >> 1) ^ -(raw & 1)
+        if size < 0 or pos + size > record_end:
+            raise CorruptRecordError(f"record {index} header key length {size} is negative or overruns it")
+        raw, pos = read_unsigned(data, pos + size)
+        size = (raw >> 1) ^ -(raw & 1)
+        if size == NULL_LENGTH:
+            continue
+        if size < 0 or pos + size > record_end:
+            raise CorruptRecordError(f"record {index} header value length {size} is invalid or overruns it")
+        pos += size
+    return pos
 
 
 def check_batch_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
@@ -615,7 +638,7 @@ def check_records(data: bytes, count: int) -> None:
             if data[pos] == 0:  # headerCount: no headers, almost always
                 pos += 1
             else:
-                pos = _decode_headers(data, pos, record_end, index)[1]
+                pos = _skip_headers(data, pos, record_end, index)
             if pos != record_end:
                 raise CorruptRecordError(
                     f"record {index} declares it ends at byte {record_end} but its fields end at {pos}"

@@ -281,11 +281,6 @@ CORRUPT = [
         id="header-count-huge",
     ),
     pytest.param(
-        raw_batch(record_bytes(b"\x00\x00\x00\x01\x01\x02" + encode_varint(2) + b"\xff\xfe\x01"), 1),
-        "not utf-8",
-        id="header-key-not-utf8",
-    ),
-    pytest.param(
         raw_batch(record_bytes(b"\x00\x00\x00\x01\x01\x02" + encode_varint(-1) + b"\x01"), 1),
         "header key length -1",
         id="header-key-null",
