@@ -162,6 +162,8 @@ def write_aiokafka(bootstrap: str, topic: str, records: Sequence[Out], **config:
                 # (``MessageBatch.done`` overwrites its ``timestamp`` in the loop): take the one sent.
                 ts = md.timestamp if r.timestamp_ms is None else r.timestamp_ms
                 acked.append(Rec(md.partition, md.offset, r.key, r.value, r.headers, ts))
+            txn = producer._txn_manager  # idempotence took effect: InitProducerId gave it an id
+            assert txn is not None and txn.has_pid() and txn.producer_id >= 0, "aiokafka has no producer id"
             return acked
         finally:
             await producer.stop()
