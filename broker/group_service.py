@@ -58,6 +58,7 @@ from metadata.records import NO_LEADER
 from proto import admin_pb2, common_pb2, group_pb2, group_pb2_grpc
 from proto.errors import ErrorCode
 from storage.log import wall_clock_ms
+from storage.log_validator import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,7 @@ class GroupDriver:
             [ProduceRequestPartition(tp, batch, None)],
             self.replica_clock_ms(),
             done,
+            origin=AppendOrigin.COORDINATOR,  # an internal topic: clients may not append to it
         )
 
     # ---- timer ------------------------------------------------------------------------------------

@@ -47,11 +47,14 @@ the one last applied and acts on the changed ones; with ``reg`` the partition's 
 
 Produce (BrokerService.Produce)
 -------------------------------
-Per partition, in order: unknown topic -> UNKNOWN_TOPIC_OR_PARTITION; ``partition.check_append(acks,
-current_leader_epoch)`` (leadership, FENCED/UNKNOWN_LEADER_EPOCH, acks, NOT_ENOUGH_REPLICAS with
-nothing appended); a codec id the log cannot decode (5-7) -> UNSUPPORTED_COMPRESSION_TYPE;
-``log.append_as_leader(records, partition.leader_epoch)`` (header/CRC/size validation, all or
-nothing: its KafkaError becomes the partition's error); then
+Per partition, in order: a client's append to an internal topic -> INVALID_TOPIC_EXCEPTION (only
+``AppendOrigin.COORDINATOR``, the group coordinator, writes there); unknown topic ->
+UNKNOWN_TOPIC_OR_PARTITION; ``partition.check_append(acks, current_leader_epoch)`` (leadership,
+FENCED/UNKNOWN_LEADER_EPOCH, acks, NOT_ENOUGH_REPLICAS with nothing appended); a codec id the log
+cannot decode (5-7), or zstd in a Produce below v7 -> UNSUPPORTED_COMPRESSION_TYPE;
+``log.validate_as_leader(records, origin)`` (header/CRC/size and LogValidator rules), then the
+idempotent-producer state, then ``log.append_validated_as_leader(valid, partition.leader_epoch)`` —
+Kafka's order; all or nothing: a KafkaError becomes the partition's error; then
 ``partition.on_local_append(log.log_end_offset)`` (an ISR of one moves the HW at once); wake the
 FetchPurgatory for the partition (followers long-polling for new data). acks=0/1 answer now. acks=all:
 ``ProducePurgatory.try_complete_else_watch(op, now + timeout_ms, {tp: ProduceWait(last offset + 1,
@@ -120,7 +123,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -159,11 +162,12 @@ from broker.purgatory import (
 from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from proto import errors
 from proto.errors import ErrorCode
-from storage.batch_header import HEADER_SIZE, iter_batches
+from storage.batch_header import HEADER_SIZE, CorruptRecordError, iter_batches
 from storage.compression import CompressionType
 from storage.config import LogConfig
 from storage.index import NO_TIMESTAMP
 from storage.log import Log, wall_clock_ms
+from storage.log_validator import AppendOrigin
 from storage.record_batch import MIN_RECORD_BYTES
 
 log = logging.getLogger(__name__)
@@ -173,6 +177,8 @@ NO_OFFSET = -1
 UNLIMITED_FROM = 2**62  # Kafka's Long.MAX_VALUE defaults of flush.* mean "never" (None in LogConfig)
 LOG_CONFIG_KEYS = tuple(f.replace("_", ".") for f in LogConfig.__dataclass_fields__)
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
+# Kafka's Topic.isInternal: written by the broker's coordinators only (AppendOrigin.COORDINATOR).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class FetcherControl(Protocol):
@@ -553,14 +559,21 @@ class ReplicaManager:
         items: list[ProduceRequestPartition],
         now_ms: int,
         callback: ProduceCallback,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        zstd_allowed: bool = True,
     ) -> None:
         """Validate and append each partition (all or nothing per partition), then answer ``callback``
-        now (acks 0/1, or nothing to wait for) or when the HW passes every appended batch (acks=all)."""
+        now (acks 0/1, or nothing to wait for) or when the HW passes every appended batch (acks=all).
+
+        ``origin``: only the broker's coordinators (``AppendOrigin.COORDINATOR``) may append to an
+        internal topic or write control batches; ``zstd_allowed`` is False for a Produce below v7
+        (KIP-110)."""
         results: dict[TP, ProduceResult] = {}
         waits: dict[TopicPartition, ProduceWait] = {}
         self.maybe_expire_producers(self.clock_ms())
         for item in items:
-            result, wait = self._append(item, acks)
+            result, wait = self._append(item, acks, origin, zstd_allowed)
             results[item.tp] = result
             if wait is not None:
                 waits[TopicPartition(*item.tp)] = wait
@@ -580,8 +593,15 @@ class ReplicaManager:
         else:
             self.on_deadline(now_ms + timeout_ms)
 
-    def _append(self, item: ProduceRequestPartition, acks: int) -> tuple[ProduceResult, ProduceWait | None]:
+    def _append(
+        self, item: ProduceRequestPartition, acks: int, origin: AppendOrigin, zstd_allowed: bool
+    ) -> tuple[ProduceResult, ProduceWait | None]:
         tp = item.tp
+        if origin is AppendOrigin.CLIENT and tp[0] in INTERNAL_TOPICS:  # Kafka checks this first
+            return ProduceResult(
+                ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {tp[0]}",
+                *self._leader_tail(tp),
+            ), None  # fmt: skip
         error = self._check_hosted(tp)
         partition = self.partitions.get(tp)
         if error is None and partition is not None:
@@ -592,14 +612,16 @@ class ReplicaManager:
         plog = self.logs[tp]
         pstate = self.producer_states[tp]
         try:
-            _check_codecs(item.records, tp)
+            _check_codecs(item.records, tp, zstd_allowed)
+            # Kafka's order: the batches' own checks, then the producer state, then the write.
+            valid = plog.validate_as_leader(item.records, origin)
             verdict = pstate.state.check_all(b for b, _ in producer_batches(item.records))
             if isinstance(verdict, Duplicate):
                 return self._duplicate_result(tp, partition, item.records, verdict)
             if isinstance(verdict, Reject):
                 return ProduceResult(verdict.code, verdict.message, *self._leader_tail(tp)), None
             segment_before = plog.segment_base_offsets[-1]
-            info = plog.append_as_leader(item.records, partition.leader_epoch)
+            info = plog.append_validated_as_leader(valid, partition.leader_epoch)
         except errors.KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
         pstate.after_append(item.records, segment_before, self.clock_ms(), first_offset=info.first_offset)
@@ -669,12 +691,18 @@ class ReplicaManager:
         max_wait_ms: int,
         now_ms: int,
         callback: FetchCallback,
+        *,
+        zstd_allowed: bool = True,
     ) -> None:
-        """Read ``[fetch_offset, HW)`` per partition; park until ``min_bytes`` or ``max_wait_ms``."""
+        """Read ``[fetch_offset, HW)`` per partition; park until ``min_bytes`` or ``max_wait_ms``.
+        ``zstd_allowed`` is False for a Fetch below v10 (KIP-110)."""
 
         def read() -> dict[TP, FetchResult]:
             budget = FetchBudget(max_bytes)
-            return {item.tp: self._consumer_read(item, budget) for item in items}
+            results = {item.tp: self._consumer_read(item, budget) for item in items}
+            if not zstd_allowed:
+                results = {tp: _without_zstd(tp, r) for tp, r in results.items()}
+            return results
 
         self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.consumer_fetches,
                     self._consumer_readiness)  # fmt: skip
@@ -1072,11 +1100,38 @@ def _complete_now(_key: TopicPartition, _fetch_offset: int) -> FetchReadiness:
 KNOWN_CODECS = frozenset(int(c) for c in CompressionType)
 
 
-def _check_codecs(records: bytes, tp: TP) -> None:
-    """Refuse a batch whose attributes name no known codec (ids 5-7), before the log validates it."""
-    for position, header in iter_batches(records, validate=False):
-        if header.compression_type not in KNOWN_CODECS:
-            raise errors.UnsupportedCompressionTypeError(
-                f"{tp[0]}-{tp[1]}: batch at byte {position} uses compression codec id "
-                f"{header.compression_type}; known: none=0, gzip=1, snappy=2, lz4=3, zstd=4"
-            )
+def _check_codecs(records: bytes, tp: TP, zstd_allowed: bool = True) -> None:
+    """Refuse a batch whose attributes name no known codec (ids 5-7), or zstd when the request's
+    version predates it, before the log validates it (which names any structural problem)."""
+    try:
+        for position, header in iter_batches(records, validate=False):
+            if header.compression_type not in KNOWN_CODECS:
+                raise errors.UnsupportedCompressionTypeError(
+                    f"{tp[0]}-{tp[1]}: batch at byte {position} uses compression codec id "
+                    f"{header.compression_type}; known: none=0, gzip=1, snappy=2, lz4=3, zstd=4"
+                )
+            if header.compression_type == CompressionType.ZSTD and not zstd_allowed:
+                raise errors.UnsupportedCompressionTypeError(
+                    f"{tp[0]}-{tp[1]}: batch at byte {position} is zstd-compressed, which needs Produce "
+                    "v7 or later (KIP-110); upgrade the client or use another compression.type"
+                )
+    except CorruptRecordError:
+        return  # the log's validation says what is wrong with it
+
+
+def _without_zstd(tp: TP, result: FetchResult) -> FetchResult:
+    """For a Fetch below v10 (KIP-110): the batches before the first zstd one; when the fetch offset's
+    batch is zstd, UNSUPPORTED_COMPRESSION_TYPE with no records, as Kafka answers such a consumer."""
+    if not result.records:
+        return result
+    for position, header in iter_batches(result.records, validate=False):
+        if header.compression_type != CompressionType.ZSTD:
+            continue
+        if position:
+            return replace(result, records=result.records[:position])
+        return replace(
+            result, code=ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, records=b"",
+            message=f"{tp[0]}-{tp[1]}: the batch at the fetch offset is zstd-compressed, which needs "
+            "Fetch v10 or later (KIP-110); upgrade the client",
+        )  # fmt: skip
+    return result

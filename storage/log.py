@@ -241,12 +241,33 @@ class Log:
 
     # ------------------------------------------------------------------------------------- appends
 
-    def append_as_leader(self, batches: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
+    def append_as_leader(
+        self,
+        batches: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        origin: log_validator.AppendOrigin = log_validator.AppendOrigin.CLIENT,
+    ) -> LogAppendInfo:
         """Validate, assign offsets from the LEO and ``leader_epoch``, write. All or nothing.
 
         The caller's buffer is never modified and its records are never copied (see
         ``storage.log_validator``).
         """
+        self._check_leader_epoch(leader_epoch)
+        return self.append_validated_as_leader(self.validate_as_leader(batches, origin), leader_epoch)
+
+    def validate_as_leader(
+        self,
+        batches: bytes | bytearray | memoryview,
+        origin: log_validator.AppendOrigin = log_validator.AppendOrigin.CLIENT,
+    ) -> log_validator.ValidBatches:
+        """The leader's checks of ``append_as_leader`` without writing: the replica manager validates
+        first and checks the producer state next, in Kafka's order."""
+        valid = log_validator.validate_batches(batches, self.config, self.name, origin=origin)
+        if self.config.compact:
+            compaction.check_keys(valid.data, valid.headers, self.name)
+        return valid
+
+    def _check_leader_epoch(self, leader_epoch: int) -> None:
         assert leader_epoch >= 0, f"leader epoch {leader_epoch} must be >= 0"
         latest = self._leader_epoch_cache.latest_epoch
         if latest is not None and leader_epoch < latest:
@@ -254,9 +275,12 @@ class Log:
                 f"{self.name}: append in leader epoch {leader_epoch}, but the log already has "
                 f"epoch {latest}; this leader is stale"
             )
-        valid = log_validator.validate_batches(batches, self.config, self.name)
-        if self.config.compact:
-            compaction.check_keys(valid.data, valid.headers, self.name)
+
+    def append_validated_as_leader(
+        self, valid: log_validator.ValidBatches, leader_epoch: int
+    ) -> LogAppendInfo:
+        """Append batches ``validate_as_leader`` accepted (see ``append_as_leader``)."""
+        self._check_leader_epoch(leader_epoch)
         now_ms = self._clock_ms()
         first_offset = self.log_end_offset
         if self._log_append_time:

@@ -5,6 +5,12 @@ every batch must pass: header and CRC-32C (``batch_header.validate_batch``), siz
 recordsCount == lastOffsetDelta + 1. The first failure raises a Kafka error naming the batch and the
 rule; the log then writes nothing (all or nothing).
 
+On the leader the batches of a client (``AppendOrigin.CLIENT``) must not be control batches (only the
+broker writes transaction markers) and a batch with a producer id must carry a base sequence >= 0
+(INVALID_RECORD, Kafka's ``validateBatch``); the broker's own coordinators (``AppendOrigin.COORDINATOR``)
+skip those two. A batch that counts no records is INVALID_RECORD even when its header says
+lastOffsetDelta -1 — the CRC holds, so it is a producer's mistake, not corruption.
+
 On the leader (a client's batches) the records are checked too, as Kafka's LogValidator does
 (``record_batch.check_batch_records``): a compressed region must decompress with its codec, and the
 records must match the header (recordsCount records, each within its length, offset deltas 0..n-1, no
@@ -31,6 +37,7 @@ Thread-safety: pure functions over caller-owned buffers; nothing here touches a 
 
 from __future__ import annotations
 
+import enum
 import struct
 from dataclasses import dataclass
 
@@ -38,9 +45,14 @@ import crc32c
 
 from proto import errors
 from storage.batch_header import (
+    _HEADER,
     ATTRIBUTES_POS,
     CRC_POS,
+    HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    NO_PRODUCER_ID,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     CorruptRecordError,
@@ -58,6 +70,15 @@ _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 
 
+class AppendOrigin(enum.Enum):
+    """Who appends on the leader (Kafka's ``AppendOrigin``): a client gets every check; the broker's own
+    coordinators may write what clients may not (control batches; internal topics, see
+    ``broker.replica_manager``)."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
+
 class UnexpectedAppendOffsetError(errors.InvalidRecordError):
     """A follower append whose offsets do not continue the log (a replication bug, not bad user data)."""
 
@@ -72,10 +93,15 @@ class ValidBatches:
 
 
 def validate_batches(
-    batches: bytes | bytearray | memoryview, config: LogConfig, name: str, replicated: bool = False
+    batches: bytes | bytearray | memoryview,
+    config: LogConfig,
+    name: str,
+    replicated: bool = False,
+    origin: AppendOrigin = AppendOrigin.CLIENT,
 ) -> ValidBatches:
     """Check every batch before anything is written; raise the first problem as a Kafka error.
-    ``replicated``: batches from the leader (compacted ones may hold fewer records than offsets)."""
+    ``replicated``: batches from the leader (compacted ones may hold fewer records than offsets);
+    ``origin``: who appends on the leader."""
     data = memoryview(batches).cast("B")
     size = len(data)
     if not size:
@@ -93,14 +119,51 @@ def validate_batches(
         while position < size:
             header = validate_batch(data, position)  # also checks the batch lies inside ``data``
             _check_batch(position, header, config, replicated)
+            if origin is AppendOrigin.CLIENT and not replicated:
+                _check_client_batch(position, header)
             if not replicated:  # the leader's check; a follower keeps what the leader accepted
                 check_batch_records(data, position, header)
             headers.append((position, header))
             records += header.records_count
             position += header.batch_length + LOG_OVERHEAD
     except CorruptRecordError as exc:
+        if not replicated:
+            _refuse_if_empty(data, position, name)
         raise errors.CorruptMessageError(f"{name}: batch {len(headers)} is corrupt: {exc.reason}") from None
     return ValidBatches(data, headers, records)
+
+
+def _refuse_if_empty(data: memoryview, position: int, name: str) -> None:
+    """INVALID_RECORD for an intact batch (magic 2, CRC holds) that counts no records: the header
+    parser calls lastOffsetDelta -1 corrupt, but Kafka answers a producer's empty batch INVALID_RECORD.
+    Runs only once a batch was already refused, so it costs nothing on the hot path."""
+    if len(data) - position < HEADER_SIZE:
+        return
+    header = BatchHeader(*_HEADER.unpack_from(data, position))
+    end = position + header.size_in_bytes
+    if header.magic != MAGIC_V2 or header.batch_length < MIN_BATCH_LENGTH or end > len(data):
+        return
+    if header.records_count > 0 and header.last_offset_delta >= 0:
+        return
+    if crc32c.crc32c(data[position + ATTRIBUTES_POS : end]) != header.crc:
+        return
+    raise errors.InvalidRecordError(
+        f"{name}: batch at byte {position} holds no records (recordsCount {header.records_count}, "
+        f"lastOffsetDelta {header.last_offset_delta}); a batch needs at least one record"
+    )
+
+
+def _check_client_batch(position: int, header: BatchHeader) -> None:
+    """Kafka's ``validateBatch`` for ``AppendOrigin.CLIENT``."""
+    if header.is_control:
+        raise errors.InvalidRecordError(
+            f"batch at byte {position}: Clients are not allowed to write control records"
+        )
+    if header.producer_id > NO_PRODUCER_ID and header.base_sequence < 0:
+        raise errors.InvalidRecordError(
+            f"batch at byte {position}: invalid sequence number {header.base_sequence} in a batch with "
+            f"producerId {header.producer_id}; an idempotent producer numbers its batches from 0"
+        )
 
 
 def _check_batch(position: int, header: BatchHeader, config: LogConfig, replicated: bool) -> None:
@@ -111,6 +174,11 @@ def _check_batch(position: int, header: BatchHeader, config: LogConfig, replicat
         )
     if replicated and header.records_count <= header.last_offset_delta + 1:
         return
+    if header.records_count <= 0:
+        raise errors.InvalidRecordError(
+            f"batch at byte {position} holds no records (recordsCount {header.records_count}); a batch "
+            "needs at least one record"
+        )
     if header.records_count != header.last_offset_delta + 1:
         raise errors.InvalidRecordError(
             f"batch at byte {position} has recordsCount {header.records_count} but lastOffsetDelta "

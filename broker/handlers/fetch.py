@@ -44,6 +44,7 @@ DEFAULT_PARTITION_MAX_BYTES = 1 << 20
 # An error partition carries empty records, never null (Kafka's MemoryRecords.EMPTY): librdkafka stops
 # parsing the whole answer at a null records field.
 EMPTY_RECORDS = b""
+ZSTD_VERSION = 10  # KIP-110: older consumers get UNSUPPORTED_COMPRESSION_TYPE instead of zstd batches
 
 
 def handle_fetch(
@@ -88,7 +89,7 @@ def handle_fetch(
     max_wait_ms = min(max(request.max_wait_ms, 0), services.request_timeout_ms)
     services.manager.fetch_for_consumer(
         items, request.max_bytes if request.max_bytes > 0 else (1 << 31) - 1, request.min_bytes,
-        max_wait_ms, services.clock_ms(), answer,
+        max_wait_ms, services.clock_ms(), answer, zstd_allowed=context.version >= ZSTD_VERSION,
     )  # fmt: skip
     if future.done():
         return _response(services, context, request, names, future.result())

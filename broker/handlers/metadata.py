@@ -17,13 +17,12 @@ A null topic list (v1+), or an empty one in v0, means every topic.
 from __future__ import annotations
 
 from broker.handlers.context import BrokerServices, RequestContext, topic_id_of, uuid_of
+from broker.replica_manager import INTERNAL_TOPICS
 from metadata.image import MetadataImage, TopicImage
 from metadata.records import NO_LEADER
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def live_brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str]]:

@@ -3,9 +3,11 @@
 Every rule is the replica manager's (``ReplicaManager.produce``, as for the gRPC Produce): per
 partition, all or nothing — unknown topic, leadership and the client's leader epoch, acks,
 ``|ISR| >= min.insync.replicas`` for acks=all (NOT_ENOUGH_REPLICAS, nothing appended), the batch's
-header/CRC/size (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE), idempotent dedup (a retried batch is answered
-with its original offset; a sequence gap gets OUT_OF_ORDER_SEQUENCE_NUMBER). The records go to the
-log as the frame carried them.
+header/CRC/size (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE), Kafka's LogValidator rules for clients
+(INVALID_RECORD: no control batches, no empty batch, a producer id needs a sequence >= 0), no appends to
+internal topics (INVALID_TOPIC_EXCEPTION), zstd only from v7 (UNSUPPORTED_COMPRESSION_TYPE),
+idempotent dedup (a retried batch is answered with its original offset; a sequence gap gets
+OUT_OF_ORDER_SEQUENCE_NUMBER). The records go to the log as the frame carried them.
 
 acks=0 gets no answer (Kafka closes the connection instead when a partition failed, the only way to
 tell such a producer). acks=all is answered when the HW passes every appended batch, or
@@ -32,6 +34,7 @@ from proto.kafka.api import ApiKey
 
 NEW_LEADER_HINT_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 LEADER_HINTS_VERSION = 10
+ZSTD_VERSION = 7  # KIP-110: zstd batches from Produce v7 (UNSUPPORTED_COMPRESSION_TYPE before)
 NO_TRANSACTIONS = "transactions are not supported by pykraft yet; produce without a transactional.id"
 
 
@@ -58,7 +61,10 @@ def handle_produce(
         if not future.done():
             future.set_result(results)
 
-    services.manager.produce(request.acks, timeout_ms, items, services.clock_ms(), answer)
+    services.manager.produce(
+        request.acks, timeout_ms, items, services.clock_ms(), answer,
+        zstd_allowed=context.version >= ZSTD_VERSION,
+    )  # fmt: skip
     if request.acks == 0:
         results = future.result()  # acks=0 answers at once
         failed = [f"{tp[0]}-{tp[1]}: {r.code.name}" for tp, r in results.items() if r.code != 0]

@@ -97,7 +97,7 @@ class Harness:
         )  # fmt: skip
         self.correlation_id = 0
 
-    def _produce(self, acks, timeout_ms, partitions, now_ms, done) -> None:
+    def _produce(self, acks, timeout_ms, partitions, now_ms, done, **_options) -> None:
         self.appended += 1
         done({p.tp: ProduceResult(ErrorCode.NONE) for p in partitions})
 
