@@ -69,7 +69,7 @@ from metadata.records import ConfigRecord, ConfigResourceType, Record
 from proto import errors
 from proto.errors import ErrorCode
 from storage.record_batch import build_batch
-from tests.sim.broker.checker import Checker
+from tests.sim.broker.checker import Checker, SimViolation
 from tests.sim.broker.disk import TEMP_ROOT, DurabilityTracker
 
 TOPIC = "sim"
@@ -230,14 +230,40 @@ class Sim:
             broker.drop_files()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _start(self) -> None:
+    def _start(self, clients_and_faults: bool = True) -> None:
         self.controller.start()
         for broker in self.brokers.values():
             broker.start()
         self.after(300, self.controller.create_topic)
-        self.after(400, self._produce_loop)
-        self.after(500, self._consume_loop)
-        self.after(600, self._fault_loop)
+        if clients_and_faults:
+            self.after(400, self._produce_loop)
+            self.after(500, self._consume_loop)
+            self.after(600, self._fault_loop)
+
+    # ---- scripted scenarios (tests/sim/broker/test_kip101.py) -------------------------------------------
+
+    def begin_scripted(self) -> None:
+        """Start the controller and brokers and create the topic, with no clients and no faults: the
+        caller drives (``produce``, ``crash``, ``cut``, ``run_until_true``); the checker still runs after
+        every event. Call inside ``with sim.disk:``."""
+        self._start(clients_and_faults=False)
+        self.run_until_true(lambda: self.controller.partition() is not None and self.caught_up(), 3_000)
+
+    def caught_up(self) -> bool:
+        """Every live broker applied the latest metadata and leads or follows accordingly."""
+        return all(b.image.offset == self.controller.offset for b in self.brokers.values() if b.alive)
+
+    def run_until_true(self, condition: Callable[[], bool], limit_ms: int) -> None:
+        deadline = self.now_ms + limit_ms
+        queue, check = self._queue, self.checker.check
+        while not condition():
+            if not queue or queue[0][0] > deadline:
+                state = self.checker.describe()
+                raise SimViolation(f"not reached within {limit_ms} ms: {condition}\n  {state}")
+            self.now_ms, _, action = heapq.heappop(queue)
+            self.events += 1
+            action()
+            check()
 
     def _heal(self) -> None:
         """Liveness phase: every fault ends, every broker runs, no message is lost."""
@@ -257,10 +283,13 @@ class Sim:
                 self.produce()
             self.after(self.rng.randint(1, 2 * self.options.produce_every_ms), self._produce_loop)
 
-    def produce(self) -> None:
+    def produce(self, target: int | None = None, acks: int | None = None) -> int:
+        """Send one batch (to ``target`` with ``acks``, else as a client would); returns its value id."""
         leader = self.controller.leader()
-        target = leader if leader != NO_LEADER and self.rng.random() < 0.85 else self.rng.choice(REPLICAS)
-        acks = ACKS_ALL if self.rng.random() < 0.75 else ACKS_LEADER
+        if target is None:
+            target = leader if leader != NO_LEADER and self.rng.random() < 0.85 else self.rng.choice(REPLICAS)
+        if acks is None:
+            acks = ACKS_ALL if self.rng.random() < 0.75 else ACKS_LEADER
         value_id = self.next_value
         self.next_value += 1
         size = self.rng.choice((20, 60, 200, 200, 900, 2_000))
@@ -282,6 +311,7 @@ class Sim:
             broker.manager.produce(acks, PRODUCE_TIMEOUT_MS, [item], self.now_ms, answered)
 
         self.send(CLIENT, target, at_broker, f"produce v{value_id}")
+        return value_id
 
     def _consume_loop(self) -> None:
         self.consume()

@@ -1,4 +1,4 @@
-"""A step-by-step harness for explicit replication scenarios (KIP-101 and friends), message by message.
+"""A step-by-step harness for explicit replication scenarios (test_broker_scenarios.py), message by message.
 
 This is NOT the broker simulation: the seeded simulation runs the production code end to end
 (tests/sim/broker/cluster.py: the real ReplicaManager, Log files with crash emulation, and the real
