@@ -112,6 +112,13 @@ class Checker:
         if old is not None and new.leader != NO_LEADER and new.leader not in old.isr:
             self.sim.note(f"unclean election of b{new.leader} (ISR was {list(old.isr)})")
             self.amnesia[new.leader] = 0
+            # The others (zombie leaders of older epochs included) may hold, even below their HW, a
+            # history the new leader never had: each is amnesic until it holds a record committed in
+            # the new one. A zombie's acknowledgements are lost with it.
+            for broker_id in self.sim.brokers:
+                if broker_id != new.leader:
+                    self.amnesia[broker_id] = max(len(self.committed), self.amnesia.get(broker_id, 0))
+            self.lossy_epoch = max(self.lossy_epoch, new.leader_epoch)
 
     def fetch_applied(self, broker: SimBroker, action: FetchAction) -> None:
         """Defect 1's signature: the same truncation answered again and again with no effect."""
