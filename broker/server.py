@@ -4,7 +4,10 @@ Startup, in order:
 1. serve BrokerService, ReplicaService, AdminService (forwarded to the controllers) and health
    (NOT_SERVING until ready) on ``--listen``;
 2. register with the active controller (any controller forwards there) with a fresh incarnation id,
-   getting a broker epoch (the offset of the registration record);
+   getting a broker epoch (the offset of the registration record). The registration carries the
+   cluster id of the data directory's ``meta.properties`` (``proto.meta_properties``; written from the
+   first metadata that has one): a directory of another cluster is refused with
+   INCONSISTENT_CLUSTER_ID and the broker exits 2, as Kafka's does;
 3. follow the committed metadata log as an observer (``FetchMetadata`` from any controller: a snapshot,
    then entries) and apply it to the broker's ``MetadataImage``. Role changes start only once the
    image includes this broker's own registration, so an old incarnation's leaderships in the log's
@@ -87,6 +90,12 @@ from proto.listeners import (
     listening_line,
 )
 from proto.logfmt import configure_logging, log_event
+from proto.meta_properties import (
+    InconsistentClusterIdError,
+    MetaPropertiesError,
+    read_cluster_id,
+    record_cluster_id,
+)
 from proto.metrics import MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
 
@@ -175,6 +184,7 @@ class BrokerNode:
         settings = config.settings
         self.controllers = ControllerClient(config.controllers)
         self.image = MetadataImage()
+        self.cluster_id = read_cluster_id(config.data_dir)  # meta.properties; None: a new directory
         self.broker_epoch = -1
         self.incarnation_id = uuid.uuid4().hex
         self.shutting_down = False
@@ -376,6 +386,7 @@ class BrokerNode:
             incarnation_id=self.incarnation_id,
             endpoints=endpoints,
             rack=self.config.rack,
+            cluster_id=self.cluster_id or "",
         )
         while True:
             try:
@@ -388,6 +399,8 @@ class BrokerNode:
                 continue
             if response.error.code == ErrorCode.NONE:
                 break
+            if response.error.code == ErrorCode.INCONSISTENT_CLUSTER_ID:  # Kafka: the broker stops
+                raise InconsistentClusterIdError(f"INCONSISTENT_CLUSTER_ID: {response.error.message}")
             log_event(log, logging.WARNING, "register_refused", code=ErrorCode(response.error.code).name,
                       message=response.error.message)  # fmt: skip
             await asyncio.sleep(RETRY_BACKOFF_S)
@@ -457,7 +470,19 @@ class BrokerNode:
         except (MetadataReplayError, CorruptMetadataError) as exc:
             log.critical("the metadata log does not apply: %s; stopping", exc)
             sys.exit(EXIT_FAILED)
+        if self.image.cluster_id and self.image.cluster_id != self.cluster_id:
+            self._record_cluster_id(self.image.cluster_id)
         self._publish(config_changed)
+
+    def _record_cluster_id(self, cluster_id: str) -> None:
+        """The first metadata with a cluster id: this data directory now belongs to that cluster."""
+        try:
+            record_cluster_id(self.config.data_dir, self.config.node_id, cluster_id)
+        except (InconsistentClusterIdError, MetaPropertiesError, OSError) as exc:
+            log.critical("%s; stopping", exc)
+            print(f"pykraft broker: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_USAGE)
+        self.cluster_id = cluster_id
 
     def _publish(self, config_changed: bool) -> None:
         if self.broker_epoch < 0 or self.image.offset < self.broker_epoch:
@@ -658,7 +683,11 @@ async def serve(config: BrokerConfig) -> None:
             await starting
         await node.stop()
         return
-    starting.result()
+    try:
+        starting.result()
+    except InconsistentClusterIdError:
+        await node.stop()
+        raise
     print(f"READY {config.node_id}", flush=True)
     failing = asyncio.create_task(node.failed.wait(), name="failed")
     await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
@@ -699,7 +728,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         event_loop_runner()(serve(config))
-    except OSError as exc:
+    except (OSError, InconsistentClusterIdError, MetaPropertiesError) as exc:
         print(f"pykraft broker: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokerFailedError as exc:

@@ -121,6 +121,7 @@ class RegisterBrokerRequest:
     incarnation_id: str
     endpoints: tuple[Endpoint, ...] = ()
     rack: str = ""
+    cluster_id: str = ""  # from the broker's meta.properties; "" = a new data directory
 
 
 @dataclass(frozen=True, slots=True)

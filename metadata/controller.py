@@ -50,8 +50,10 @@ from metadata.api import (
 from metadata.heartbeats import BrokerHeartbeatManager
 from metadata.image import MetadataImage
 from metadata.records import (
+    NO_CLUSTER_ID,
     NO_LEADER,
     BrokerRegistrationChangeRecord,
+    ClusterIdRecord,
     ConfigRecord,
     ConfigResourceType,
     ProducerIdsRecord,
@@ -75,6 +77,7 @@ class ControllerConfig:
     default_num_partitions: int = 1  # Kafka's num.partitions
     default_replication_factor: int = 1  # Kafka's default.replication.factor
     producer_id_block_size: int = PRODUCER_ID_BLOCK_SIZE
+    cluster_id: str = NO_CLUSTER_ID  # Kafka's cluster.id (format --cluster-id); unset: generated
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,21 @@ class QuorumController:
     def activate(self, now_ms: int) -> None:
         """This controller became active: give every registered broker a fresh session."""
         self.heartbeats.start_sessions(self.image.brokers, now_ms)
+
+    # ---- cluster id --------------------------------------------------------------------------
+
+    def maybe_write_cluster_id(self) -> ControllerResult[ApiError]:
+        """On activation: the cluster id record when the log has none yet — the configured
+        ``cluster.id``, else a random Uuid (Kafka's ``kafka-storage.sh random-uuid``). A log whose
+        id differs from the configured one answers INCONSISTENT_CLUSTER_ID and writes nothing."""
+        written, configured = self.image.cluster_id, self.config.cluster_id
+        if written == NO_CLUSTER_ID:
+            cluster_id = configured or repl.new_topic_id(self.rng, ())
+            return ControllerResult((ClusterIdRecord(cluster_id),), OK)
+        if configured and configured != written:
+            msg = f"the metadata log belongs to cluster {written}, but cluster.id is {configured}"
+            return ControllerResult((), ApiError(Code.INCONSISTENT_CLUSTER_ID, msg))
+        return ControllerResult((), OK)
 
     # ---- topics ------------------------------------------------------------------------------
 
@@ -315,10 +333,18 @@ class QuorumController:
         self, request: RegisterBrokerRequest, now_ms: int
     ) -> ControllerResult[RegisterBrokerResponse]:
         """A (re-)registration: fenced until the broker catches up; a newer incarnation replaces the
-        old one, whose leaderships move away first (it lost its in-memory state)."""
+        old one, whose leaderships move away first (it lost its in-memory state). A broker whose data
+        directory belongs to another cluster is refused (Kafka's INCONSISTENT_CLUSTER_ID)."""
         if request.broker_id < 0:
             error = ApiError(Code.INVALID_REQUEST, f"broker id must be >= 0, got {request.broker_id}")
             return ControllerResult((), RegisterBrokerResponse(error))
+        if request.cluster_id and request.cluster_id != self.image.cluster_id:
+            msg = (
+                f"broker {request.broker_id}'s data directory belongs to cluster {request.cluster_id}, "
+                f"this is cluster {self.image.cluster_id}; point it at the right cluster or give it an "
+                "empty data directory"
+            )
+            return ControllerResult((), RegisterBrokerResponse(ApiError(Code.INCONSISTENT_CLUSTER_ID, msg)))
         records: list[Record] = []
         old = self.image.brokers.get(request.broker_id)
         if old is not None and not old.fenced:

@@ -91,7 +91,11 @@ def elect_leaders_request(request: admin_pb2.ElectLeadersRequest) -> ElectLeader
 
 def register_broker_request(r: controller_pb2.RegisterBrokerRequest) -> RegisterBrokerRequest:
     return RegisterBrokerRequest(
-        r.broker_id, r.incarnation_id, tuple(Endpoint(e.name, e.host, e.port) for e in r.endpoints), r.rack
+        r.broker_id,
+        r.incarnation_id,
+        tuple(Endpoint(e.name, e.host, e.port) for e in r.endpoints),
+        r.rack,
+        r.cluster_id,
     )
 
 
@@ -208,4 +212,6 @@ def describe_cluster(image: MetadataImage) -> admin_pb2.DescribeClusterResponse:
         )
         for _, b in sorted(image.brokers.items())
     ]
-    return admin_pb2.DescribeClusterResponse(brokers=brokers, metadata_offset=image.offset)
+    return admin_pb2.DescribeClusterResponse(
+        brokers=brokers, metadata_offset=image.offset, cluster_id=image.cluster_id
+    )

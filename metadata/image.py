@@ -15,6 +15,9 @@ Epoch rules, applied here and nowhere else:
 - a ``RegisterBrokerRecord`` whose ``broker_epoch`` is ``BROKER_EPOCH_FROM_OFFSET`` gets the
   record's offset as the broker epoch (a snapshot writes the epoch explicitly).
 
+The cluster id is set once (``ClusterIdRecord``, written by the first active controller): the same id
+again is a no-op, a different one is an inconsistent log.
+
 Snapshots: ``snapshot()`` is the image written as records (one per broker, topic, partition and
 config, plus the producer-id counter) and the offset it covers; ``MetadataImage.from_snapshot``
 replays them. A test proves snapshot + later records == replaying everything.
@@ -31,8 +34,10 @@ from dataclasses import dataclass, field, replace
 
 from metadata.records import (
     BROKER_EPOCH_FROM_OFFSET,
+    NO_CLUSTER_ID,
     NO_LEADER,
     BrokerRegistrationChangeRecord,
+    ClusterIdRecord,
     ConfigRecord,
     ConfigResourceType,
     Endpoint,
@@ -132,6 +137,7 @@ def changed_partition(old: PartitionRegistration, r: PartitionChangeRecord) -> P
 class MetadataImage:
     def __init__(self) -> None:
         self.offset = NO_OFFSET
+        self.cluster_id = NO_CLUSTER_ID
         self.brokers: dict[int, BrokerRegistration] = {}
         self.topics: dict[str, TopicImage] = {}  # by topic id
         self.topic_ids: dict[str, str] = {}  # name -> topic id
@@ -172,6 +178,8 @@ class MetadataImage:
                 return self._apply_remove_topic(record)
             case ConfigRecord():
                 return self._apply_config(record)
+            case ClusterIdRecord():
+                return self._apply_cluster_id(record)
             case ProducerIdsRecord():
                 if record.next_producer_id <= self.next_producer_id:
                     raise MetadataReplayError(
@@ -180,6 +188,13 @@ class MetadataImage:
                 self.next_producer_id = record.next_producer_id
                 return None
         raise MetadataReplayError(f"not a metadata record: {record!r}")
+
+    def _apply_cluster_id(self, r: ClusterIdRecord) -> None:
+        if not r.cluster_id or self.cluster_id not in (NO_CLUSTER_ID, r.cluster_id):
+            raise MetadataReplayError(
+                f"cluster id {r.cluster_id!r} replaces the log's cluster id {self.cluster_id!r}"
+            )
+        self.cluster_id = r.cluster_id
 
     def _broker(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
         broker = self.brokers.get(broker_id)
@@ -289,7 +304,8 @@ class MetadataImage:
 
     def to_records(self) -> list[Record]:
         """Records that rebuild this image from an empty one, in a deterministic order."""
-        out: list[Record] = [
+        out: list[Record] = [ClusterIdRecord(self.cluster_id)] if self.cluster_id else []
+        out += [
             RegisterBrokerRecord(
                 b.broker_id,
                 b.incarnation_id,
@@ -328,7 +344,8 @@ class MetadataImage:
     def state(self) -> tuple:
         """Everything the image knows, comparable with ``==`` (the snapshot-equivalence tests use it)."""
         topics = {t.topic_id: (t.name, dict(sorted(t.partitions.items()))) for t in self.topics.values()}
-        return (self.offset, dict(sorted(self.brokers.items())), topics, self.configs, self.next_producer_id)
+        brokers = dict(sorted(self.brokers.items()))
+        return (self.offset, self.cluster_id, brokers, topics, self.configs, self.next_producer_id)
 
     def invariants(self) -> None:
         assert len(self.topic_ids) == len(self.topics), (

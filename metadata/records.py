@@ -16,6 +16,8 @@ disk that do not parse raises ``CorruptMetadataError``, never an assertion.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 from dataclasses import dataclass
 
@@ -26,6 +28,9 @@ from proto import metadata_pb2 as pb
 NO_LEADER = -1  # Kafka's "no leader" partition leader id
 BROKER_EPOCH_FROM_OFFSET = 0  # RegisterBrokerRecord: the epoch is the offset of the record itself
 NO_RACK = ""
+NO_CLUSTER_ID = ""  # an image before the first active controller wrote the cluster id
+UUID_BYTES = 16
+ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID, reserved
 
 
 class CorruptMetadataError(Exception):
@@ -120,8 +125,33 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterIdRecord:
+    """The cluster's id, written once; replay refuses a second, different one."""
+
+    cluster_id: str
+
+
+def cluster_id_problem(cluster_id: str) -> str | None:
+    """Why ``cluster_id`` is not a Kafka cluster id (a Uuid: 16 bytes in url-safe base64 without
+    padding, 22 characters, not the zero Uuid), or None. Kafka's ``Uuid.fromString`` at format time."""
+    hint = "give a Uuid like Kafka's `kafka-storage.sh random-uuid` prints, or leave cluster.id unset"
+    if len(cluster_id) != 22:
+        return f"cluster id {cluster_id!r} has {len(cluster_id)} characters, not 22; {hint}"
+    try:
+        raw = base64.urlsafe_b64decode(cluster_id + "==")
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != UUID_BYTES or base64.urlsafe_b64encode(raw).decode().rstrip("=") != cluster_id:
+        return f"cluster id {cluster_id!r} is not a url-safe base64 Uuid; {hint}"
+    if cluster_id == ZERO_UUID:
+        return f"cluster id {cluster_id!r} is the reserved zero Uuid; {hint}"
+    return None
+
+
 Record = (
-    RegisterBrokerRecord
+    ClusterIdRecord
+    | RegisterBrokerRecord
     | UnregisterBrokerRecord
     | BrokerRegistrationChangeRecord
     | TopicRecord
@@ -203,6 +233,8 @@ def _to_pb(record: Record) -> pb.MetadataRecord:
                     next_producer_id=record.next_producer_id,
                 )
             )
+        case ClusterIdRecord():
+            out.cluster_id.cluster_id = record.cluster_id
         case _:
             raise TypeError(f"not a metadata record: {record!r}")
     return out
@@ -266,6 +298,8 @@ def _from_pb(msg: pb.MetadataRecord) -> Record:
     if kind == "producer_ids":
         r = msg.producer_ids
         return ProducerIdsRecord(r.broker_id, r.broker_epoch, r.next_producer_id)
+    if kind == "cluster_id":
+        return ClusterIdRecord(msg.cluster_id.cluster_id)
     raise CorruptMetadataError(f"metadata record of unknown kind {kind!r}")
 
 

@@ -36,9 +36,7 @@ from metadata.image import (
 )
 from metadata.partition_change import Election, isr_without, partition_change_builder
 from metadata.placement import PlacementBroker, place_partitions
-from metadata.records import NO_LEADER, PartitionChangeRecord, PartitionRecord
-
-ZERO_UUID = "A" * 22  # Kafka's Uuid.ZERO_UUID in base64: reserved, never a topic id
+from metadata.records import NO_LEADER, ZERO_UUID, PartitionChangeRecord, PartitionRecord
 
 
 def new_topic_id(rng: random.Random, taken: Iterable[str]) -> str:

@@ -5,7 +5,8 @@ The services themselves are ``metadata.admin_service`` and ``metadata.controller
 Write path (``ActiveController.write``): one decision at a time, under a lock —
 1. make sure this node is the active controller and has applied everything committed before its
    term: on the first write of a term it commits an empty *barrier* entry and waits for it, then
-   starts fresh broker sessions (``QuorumController.activate``);
+   starts fresh broker sessions (``QuorumController.activate``) and, in a new cluster, commits the
+   cluster id (``QuorumController.maybe_write_cluster_id``);
 2. let the core generate ``ControllerResult(records, response)`` against the image;
 3. propose the records as ONE Raft entry and wait until it is committed and applied (replayed);
 4. answer with the response.
@@ -71,8 +72,20 @@ class ActiveController:
         if self._active_term != term:
             await self.driver.propose(b"")  # barrier: everything committed before is now applied
             self.controller.activate(now_ms())
+            await self._maybe_write_cluster_id()
             self._active_term = term
             log.info("node %d is the active controller in term %d", self.driver.node_id, term)
+
+    async def _maybe_write_cluster_id(self) -> None:
+        """The first active controller of a cluster writes its id, once (Kafka's format step)."""
+        result = self.controller.maybe_write_cluster_id()
+        if not result.response.ok:
+            raise errors.error_for(result.response.code, result.response.message)
+        if result.records:
+            data = encode_batch(result.records)
+            self.state_machine.expect(data, result.records)
+            offset = await self.driver.propose(data)
+            log.info("wrote cluster id %s at offset %d", self.controller.image.cluster_id, offset)
 
     async def write(self, generate: Callable[[int], ControllerResult[Any]]) -> tuple[Any, int | None]:
         """``(response, offset)``: offset of the committed entry, None when there were no records."""

@@ -9,6 +9,10 @@ that were committed, so that FetchMetadata can stream them to brokers without re
 covers every entry after ``tail_start_offset``: a reader asking from an older offset gets a snapshot
 of the image first. Raft's own no-op entries never reach ``apply``, so offsets have gaps.
 
+``on_cluster_id`` (when given) is called once the image has a cluster id, and again if a restored
+snapshot carries another one: the controller process records it in its data directory's
+``meta.properties`` and refuses a log of another cluster (``proto.meta_properties``).
+
 Runs on the driver's event loop (``apply`` is called synchronously from it); readers wait for new
 entries with ``wait_for_entries_after``.
 """
@@ -19,6 +23,7 @@ import asyncio
 import bisect
 import logging
 from collections import deque
+from collections.abc import Callable
 
 from metadata.controller import QuorumController
 from metadata.image import MetadataImage
@@ -31,9 +36,14 @@ DEFAULT_MAX_TAIL_ENTRIES = 20_000
 
 class MetadataStateMachine:
     def __init__(
-        self, controller: QuorumController, max_tail_entries: int = DEFAULT_MAX_TAIL_ENTRIES
+        self,
+        controller: QuorumController,
+        max_tail_entries: int = DEFAULT_MAX_TAIL_ENTRIES,
+        on_cluster_id: Callable[[str], None] | None = None,
     ) -> None:
         self.controller = controller
+        self.on_cluster_id = on_cluster_id
+        self._cluster_id = controller.image.cluster_id
         self.max_tail_entries = max_tail_entries
         self.tail: deque[tuple[int, bytes]] = deque()
         self.tail_start_offset = controller.image.offset
@@ -55,6 +65,7 @@ class MetadataStateMachine:
         else:
             records = decode_batch(data)
         self.controller.replay(records, index)
+        self._maybe_report_cluster_id()
         self.tail.append((index, data))
         while len(self.tail) > self.max_tail_entries:
             self.tail_start_offset = self.tail.popleft()[0]
@@ -67,9 +78,17 @@ class MetadataStateMachine:
         image = MetadataImage.from_snapshot(data)
         log.info("restored the metadata image from a snapshot at offset %d", image.offset)
         self.controller.image = image
+        self._maybe_report_cluster_id()
         self.tail.clear()
         self.tail_start_offset = image.offset
         self._wake()
+
+    def _maybe_report_cluster_id(self) -> None:
+        cluster_id = self.controller.image.cluster_id
+        if cluster_id != self._cluster_id:
+            self._cluster_id = cluster_id
+            if self.on_cluster_id is not None:
+                self.on_cluster_id(cluster_id)
 
     # ---- readers -------------------------------------------------------------------------------
 

@@ -235,7 +235,7 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("error", "controller_id", "brokers", "controllers", "metadata_offset")
+    __slots__ = ("error", "controller_id", "brokers", "controllers", "metadata_offset", "cluster_id")
     class Broker(_message.Message):
         __slots__ = ("broker_id", "endpoints", "rack", "fenced", "in_controlled_shutdown", "broker_epoch")
         BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -265,12 +265,14 @@ class DescribeClusterResponse(_message.Message):
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
     METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     error: _common_pb2.Error
     controller_id: int
     brokers: _containers.RepeatedCompositeFieldContainer[DescribeClusterResponse.Broker]
     controllers: _containers.RepeatedCompositeFieldContainer[DescribeClusterResponse.Controller]
     metadata_offset: int
-    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[DescribeClusterResponse.Broker, _Mapping]]] = ..., controllers: _Optional[_Iterable[_Union[DescribeClusterResponse.Controller, _Mapping]]] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[DescribeClusterResponse.Broker, _Mapping]]] = ..., controllers: _Optional[_Iterable[_Union[DescribeClusterResponse.Controller, _Mapping]]] = ..., metadata_offset: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class DescribeConfigsRequest(_message.Message):
     __slots__ = ("resources",)

@@ -27,41 +27,41 @@ from proto import common_pb2 as proto_dot_common__pb2
 from proto import metadata_pb2 as proto_dot_metadata__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16proto/controller.proto\x12\x12pykraft.controller\x1a\x12proto/common.proto\x1a\x14proto/metadata.proto\"\x7f\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12-\n\tendpoints\x18\x03 \x03(\x0b\x32\x1a.pykraft.metadata.Endpoint\x12\x0c\n\x04rack\x18\x04 \x01(\t\"T\n\x16RegisterBrokerResponse\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.pykraft.common.Error\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"\x8e\x01\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x1f\n\x17\x63urrent_metadata_offset\x18\x03 \x01(\x03\x12\x12\n\nwant_fence\x18\x04 \x01(\x08\x12\x16\n\x0ewant_shut_down\x18\x05 \x01(\x08\"\x82\x01\n\x17\x42rokerHeartbeatResponse\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.pykraft.common.Error\x12\x14\n\x0cis_caught_up\x18\x02 \x01(\x08\x12\x11\n\tis_fenced\x18\x03 \x01(\x08\x12\x18\n\x10should_shut_down\x18\x04 \x01(\x08\"\x90\x03\n\x15\x41lterPartitionRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12L\n\npartitions\x18\x03 \x03(\x0b\x32\x38.pykraft.controller.AlterPartitionRequest.PartitionState\x1a\xc7\x01\n\x0ePartitionState\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x04 \x01(\x05\x12R\n\x13new_isr_with_epochs\x18\x06 \x03(\x0b\x32\x35.pykraft.controller.AlterPartitionRequest.BrokerStateJ\x04\x08\x05\x10\x06R\x07new_isr\x1a\x36\n\x0b\x42rokerState\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"\xb9\x02\n\x16\x41lterPartitionResponse\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.pykraft.common.Error\x12N\n\npartitions\x18\x02 \x03(\x0b\x32:.pykraft.controller.AlterPartitionResponse.PartitionResult\x1a\xa8\x01\n\x0fPartitionResult\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12$\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.pykraft.common.Error\x12\x0e\n\x06leader\x18\x04 \x01(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"E\n\x1a\x41llocateProducerIdsRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"w\n\x1b\x41llocateProducerIdsResponse\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.pykraft.common.Error\x12\x19\n\x11producer_id_start\x18\x02 \x01(\x03\x12\x17\n\x0fproducer_id_len\x18\x03 \x01(\x05\">\n\x14\x46\x65tchMetadataRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\".\n\rMetadataEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x0c\"]\n\x15\x46\x65tchMetadataResponse\x12\x10\n\x08snapshot\x18\x01 \x01(\x0c\x12\x32\n\x07\x65ntries\x18\x02 \x03(\x0b\x32!.pykraft.controller.MetadataEntry2\xb1\x04\n\x11\x43ontrollerService\x12g\n\x0eRegisterBroker\x12).pykraft.controller.RegisterBrokerRequest\x1a*.pykraft.controller.RegisterBrokerResponse\x12j\n\x0f\x42rokerHeartbeat\x12*.pykraft.controller.BrokerHeartbeatRequest\x1a+.pykraft.controller.BrokerHeartbeatResponse\x12g\n\x0e\x41lterPartition\x12).pykraft.controller.AlterPartitionRequest\x1a*.pykraft.controller.AlterPartitionResponse\x12v\n\x13\x41llocateProducerIds\x12..pykraft.controller.AllocateProducerIdsRequest\x1a/.pykraft.controller.AllocateProducerIdsResponse\x12\x66\n\rFetchMetadata\x12(.pykraft.controller.FetchMetadataRequest\x1a).pykraft.controller.FetchMetadataResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16proto/controller.proto\x12\x12pykraft.controller\x1a\x12proto/common.proto\x1a\x14proto/metadata.proto\"\x93\x01\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12-\n\tendpoints\x18\x03 \x03(\x0b\x32\x1a.pykraft.metadata.Endpoint\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x12\n\ncluster_id\x18\x05 \x01(\t\"T\n\x16RegisterBrokerResponse\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.pykraft.common.Error\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"\x8e\x01\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x1f\n\x17\x63urrent_metadata_offset\x18\x03 \x01(\x03\x12\x12\n\nwant_fence\x18\x04 \x01(\x08\x12\x16\n\x0ewant_shut_down\x18\x05 \x01(\x08\"\x82\x01\n\x17\x42rokerHeartbeatResponse\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.pykraft.common.Error\x12\x14\n\x0cis_caught_up\x18\x02 \x01(\x08\x12\x11\n\tis_fenced\x18\x03 \x01(\x08\x12\x18\n\x10should_shut_down\x18\x04 \x01(\x08\"\x90\x03\n\x15\x41lterPartitionRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12L\n\npartitions\x18\x03 \x03(\x0b\x32\x38.pykraft.controller.AlterPartitionRequest.PartitionState\x1a\xc7\x01\n\x0ePartitionState\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x04 \x01(\x05\x12R\n\x13new_isr_with_epochs\x18\x06 \x03(\x0b\x32\x35.pykraft.controller.AlterPartitionRequest.BrokerStateJ\x04\x08\x05\x10\x06R\x07new_isr\x1a\x36\n\x0b\x42rokerState\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"\xb9\x02\n\x16\x41lterPartitionResponse\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.pykraft.common.Error\x12N\n\npartitions\x18\x02 \x03(\x0b\x32:.pykraft.controller.AlterPartitionResponse.PartitionResult\x1a\xa8\x01\n\x0fPartitionResult\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12$\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.pykraft.common.Error\x12\x0e\n\x06leader\x18\x04 \x01(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"E\n\x1a\x41llocateProducerIdsRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"w\n\x1b\x41llocateProducerIdsResponse\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.pykraft.common.Error\x12\x19\n\x11producer_id_start\x18\x02 \x01(\x03\x12\x17\n\x0fproducer_id_len\x18\x03 \x01(\x05\">\n\x14\x46\x65tchMetadataRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\".\n\rMetadataEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x0c\"]\n\x15\x46\x65tchMetadataResponse\x12\x10\n\x08snapshot\x18\x01 \x01(\x0c\x12\x32\n\x07\x65ntries\x18\x02 \x03(\x0b\x32!.pykraft.controller.MetadataEntry2\xb1\x04\n\x11\x43ontrollerService\x12g\n\x0eRegisterBroker\x12).pykraft.controller.RegisterBrokerRequest\x1a*.pykraft.controller.RegisterBrokerResponse\x12j\n\x0f\x42rokerHeartbeat\x12*.pykraft.controller.BrokerHeartbeatRequest\x1a+.pykraft.controller.BrokerHeartbeatResponse\x12g\n\x0e\x41lterPartition\x12).pykraft.controller.AlterPartitionRequest\x1a*.pykraft.controller.AlterPartitionResponse\x12v\n\x13\x41llocateProducerIds\x12..pykraft.controller.AllocateProducerIdsRequest\x1a/.pykraft.controller.AllocateProducerIdsResponse\x12\x66\n\rFetchMetadata\x12(.pykraft.controller.FetchMetadataRequest\x1a).pykraft.controller.FetchMetadataResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.controller_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REGISTERBROKERREQUEST']._serialized_start=88
-  _globals['_REGISTERBROKERREQUEST']._serialized_end=215
-  _globals['_REGISTERBROKERRESPONSE']._serialized_start=217
-  _globals['_REGISTERBROKERRESPONSE']._serialized_end=301
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_start=304
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=446
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=449
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=579
-  _globals['_ALTERPARTITIONREQUEST']._serialized_start=582
-  _globals['_ALTERPARTITIONREQUEST']._serialized_end=982
-  _globals['_ALTERPARTITIONREQUEST_PARTITIONSTATE']._serialized_start=727
-  _globals['_ALTERPARTITIONREQUEST_PARTITIONSTATE']._serialized_end=926
-  _globals['_ALTERPARTITIONREQUEST_BROKERSTATE']._serialized_start=928
-  _globals['_ALTERPARTITIONREQUEST_BROKERSTATE']._serialized_end=982
-  _globals['_ALTERPARTITIONRESPONSE']._serialized_start=985
-  _globals['_ALTERPARTITIONRESPONSE']._serialized_end=1298
-  _globals['_ALTERPARTITIONRESPONSE_PARTITIONRESULT']._serialized_start=1130
-  _globals['_ALTERPARTITIONRESPONSE_PARTITIONRESULT']._serialized_end=1298
-  _globals['_ALLOCATEPRODUCERIDSREQUEST']._serialized_start=1300
-  _globals['_ALLOCATEPRODUCERIDSREQUEST']._serialized_end=1369
-  _globals['_ALLOCATEPRODUCERIDSRESPONSE']._serialized_start=1371
-  _globals['_ALLOCATEPRODUCERIDSRESPONSE']._serialized_end=1490
-  _globals['_FETCHMETADATAREQUEST']._serialized_start=1492
-  _globals['_FETCHMETADATAREQUEST']._serialized_end=1554
-  _globals['_METADATAENTRY']._serialized_start=1556
-  _globals['_METADATAENTRY']._serialized_end=1602
-  _globals['_FETCHMETADATARESPONSE']._serialized_start=1604
-  _globals['_FETCHMETADATARESPONSE']._serialized_end=1697
-  _globals['_CONTROLLERSERVICE']._serialized_start=1700
-  _globals['_CONTROLLERSERVICE']._serialized_end=2261
+  _globals['_REGISTERBROKERREQUEST']._serialized_start=89
+  _globals['_REGISTERBROKERREQUEST']._serialized_end=236
+  _globals['_REGISTERBROKERRESPONSE']._serialized_start=238
+  _globals['_REGISTERBROKERRESPONSE']._serialized_end=322
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_start=325
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=467
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=470
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=600
+  _globals['_ALTERPARTITIONREQUEST']._serialized_start=603
+  _globals['_ALTERPARTITIONREQUEST']._serialized_end=1003
+  _globals['_ALTERPARTITIONREQUEST_PARTITIONSTATE']._serialized_start=748
+  _globals['_ALTERPARTITIONREQUEST_PARTITIONSTATE']._serialized_end=947
+  _globals['_ALTERPARTITIONREQUEST_BROKERSTATE']._serialized_start=949
+  _globals['_ALTERPARTITIONREQUEST_BROKERSTATE']._serialized_end=1003
+  _globals['_ALTERPARTITIONRESPONSE']._serialized_start=1006
+  _globals['_ALTERPARTITIONRESPONSE']._serialized_end=1319
+  _globals['_ALTERPARTITIONRESPONSE_PARTITIONRESULT']._serialized_start=1151
+  _globals['_ALTERPARTITIONRESPONSE_PARTITIONRESULT']._serialized_end=1319
+  _globals['_ALLOCATEPRODUCERIDSREQUEST']._serialized_start=1321
+  _globals['_ALLOCATEPRODUCERIDSREQUEST']._serialized_end=1390
+  _globals['_ALLOCATEPRODUCERIDSRESPONSE']._serialized_start=1392
+  _globals['_ALLOCATEPRODUCERIDSRESPONSE']._serialized_end=1511
+  _globals['_FETCHMETADATAREQUEST']._serialized_start=1513
+  _globals['_FETCHMETADATAREQUEST']._serialized_end=1575
+  _globals['_METADATAENTRY']._serialized_start=1577
+  _globals['_METADATAENTRY']._serialized_end=1623
+  _globals['_FETCHMETADATARESPONSE']._serialized_start=1625
+  _globals['_FETCHMETADATARESPONSE']._serialized_end=1718
+  _globals['_CONTROLLERSERVICE']._serialized_start=1721
+  _globals['_CONTROLLERSERVICE']._serialized_end=2282
 # @@protoc_insertion_point(module_scope)

@@ -110,6 +110,7 @@ class ClusterDescription:
     brokers: tuple[BrokerInfo, ...]
     controllers: tuple[tuple[int, str, int], ...]  # (node id, host, port)
     metadata_offset: int
+    cluster_id: str = ""  # "" until the first active controller wrote it
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +308,7 @@ class AdminClient:
             for b in r.brokers
         )
         controllers = tuple((c.node_id, c.host, c.port) for c in r.controllers)
-        return ClusterDescription(r.controller_id, brokers, controllers, r.metadata_offset)
+        return ClusterDescription(r.controller_id, brokers, controllers, r.metadata_offset, r.cluster_id)
 
     def describe_configs(
         self, resource_type: str, name: str = "", config_names: Iterable[str] = ()

@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def add_cluster_describe(cluster_actions: argparse._SubParsersAction) -> None:
     """For the ``pykraft cluster`` command's module: adds ``describe`` to its actions."""
     p = cluster_actions.add_parser(
-        "describe", help="brokers (endpoints, rack, fenced) and the active controller"
+        "describe", help="cluster id, brokers (endpoints, rack, fenced) and the active controller"
     )
     _common(p)
     p.set_defaults(func=lambda a: _run(a, _cluster_describe))
@@ -407,6 +407,7 @@ def _cluster_describe(admin: Any, args: argparse.Namespace) -> int:
     if args.json:
         _print_json(c)
         return 0
+    print(f"ClusterId:        {c.cluster_id or '-'}")
     print(f"ActiveController: {c.controller_id}\nMetadataOffset:   {c.metadata_offset}")
     print("Controllers:      " + ", ".join(f"{i}@{h}:{p}" for i, h, p in c.controllers) + "\n")
     rows = [["BrokerId", "Rack", "State", "Epoch", "Endpoints"]]

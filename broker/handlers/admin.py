@@ -545,7 +545,7 @@ def handle_describe_cluster(
         error_code=0,
         error_message=None,
         endpoint_type=BROKERS_ENDPOINT_TYPE,
-        cluster_id="",
+        cluster_id=services.manager.image.cluster_id,
         controller_id=min(ids) if ids else services.node_id,
         brokers=[
             m.DescribeClusterResponseDescribeClusterBroker(broker_id=i, host=h, port=p, rack=r or None)

@@ -62,7 +62,7 @@ def handle_metadata(
         brokers=[
             m.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r or None) for i, h, p, r in brokers
         ],
-        cluster_id="",  # not null: librdkafka's describe_cluster (a Metadata request) dereferences it
+        cluster_id=image.cluster_id,  # "" (never null) until the log has one: librdkafka dereferences it
         controller_id=min(ids) if ids else services.node_id,
         topics=[_topic(image, wanted) for wanted in _wanted(image, context.version, request.topics)],
     )

@@ -110,3 +110,17 @@ def test_process_exits_2_naming_the_problem(
 
 def _base_env(root: Path) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PYKRAFT_")} | {"PYTHONPATH": str(root)}
+
+
+def test_cluster_id_flag_and_setting() -> None:
+    """Kafka's format --cluster-id: ``--cluster-id`` or ``cluster.id``; a value that is not a Kafka
+    Uuid is refused naming the setting."""
+    assert settings_from(args_for(["--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg"])).cluster_id == (
+        "MkU3OEVBNTcwNTJENDM2Qg"
+    )
+    assert parse_overrides(["cluster.id=q1Sh-9_ISia_zwGINzRvyQ"], ControllerSettings()).cluster_id == (
+        "q1Sh-9_ISia_zwGINzRvyQ"
+    )
+    assert settings_from(args_for([])).cluster_id == ""
+    with pytest.raises(ValueError, match=r"cluster\.id: cluster id 'my-cluster' has 10 characters"):
+        settings_from(args_for(["--cluster-id", "my-cluster"]))

@@ -11,6 +11,7 @@ from metadata.partition_change import Election
 from metadata.records import (
     NO_LEADER,
     BrokerRegistrationChangeRecord,
+    ClusterIdRecord,
     ConfigRecord,
     ConfigResourceType,
     CorruptMetadataError,
@@ -43,6 +44,7 @@ ALL_RECORDS = [
     ConfigRecord(ConfigResourceType.TOPIC, "t", "retention.ms", "5"),
     ConfigRecord(ConfigResourceType.CLUSTER, "", "retention.ms", None),
     ProducerIdsRecord(1, 5, 2000),
+    ClusterIdRecord("MkU3OEVBNTcwNTJENDM2Qg"),
 ]
 
 
@@ -106,7 +108,9 @@ def test_offset_never_goes_backwards() -> None:
 
 
 def drive_workload(h) -> None:
-    """A history touching every record type: brokers, topics, configs, fencing, elections, deletes."""
+    """A history touching every record type: cluster id, brokers, topics, configs, fencing, elections,
+    deletes."""
+    h.commit(h.controller.maybe_write_cluster_id())
     for b, rack in ((1, "a"), (2, "b"), (3, "a"), (4, "b")):
         h.register(b, rack)
     h.create("orders", 6, 3, configs={"retention.ms": "1000"})
