@@ -10,6 +10,7 @@ import sys
 import pytest
 from metadata_cluster import ROOT, FakeBroker
 
+from metadata.records import cluster_id_problem
 from pykraft import cli_admin
 
 pytestmark = pytest.mark.integration
@@ -132,6 +133,11 @@ def test_topics_commands_end_to_end(controller_cluster, capsys) -> None:
         assert args.func(args) == 0
         table = capsys.readouterr().out
         assert f"ActiveController: {leader}" in table
+        cluster_id = table.split("ClusterId:", 1)[1].split()[0]
+        assert cluster_id_problem(cluster_id) is None, table
+        args = parser.parse_args(["cluster", "describe", *boot, "--json"])
+        assert args.func(args) == 0
+        assert json.loads(capsys.readouterr().out)["cluster_id"] == cluster_id
         assert [line.split()[:3] for line in table.splitlines()[-3:]] == [
             [str(b), "-", "active"] for b in (1, 2, 3)
         ]

@@ -26,6 +26,7 @@ from broker.network import NO_RESPONSE, Close
 from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.records import (
+    ClusterIdRecord,
     ConfigRecord,
     ConfigResourceType,
     Endpoint,
@@ -39,6 +40,7 @@ from proto.kafka.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_re
 from storage.record_batch import build_batch, decode_records
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 OTHER_ID = "AAAAAAAAAAAAAAAAAAAAAg"
 LISTENER = "PLAINTEXT"
 
@@ -56,6 +58,7 @@ class Broker:
             for b in (101, 102)
         ]
         records += [
+            ClusterIdRecord(CLUSTER_ID),
             TopicRecord("t", TOPIC_ID),
             PartitionRecord(TOPIC_ID, 0, (101,), (101,), 101, leader_epoch=3),
             TopicRecord("other", OTHER_ID),
@@ -189,7 +192,7 @@ def test_metadata_lists_listener_endpoints_and_a_live_controller(broker: Broker)
         (101, "kafka-host", 9101),
         (102, "kafka-host", 9102),
     ]
-    assert answer.controller_id == 101
+    assert answer.controller_id == 101 and answer.cluster_id == CLUSTER_ID
     topics = {t.name: t for t in answer.topics}
     assert topics["t"].topic_id == uuid_of(TOPIC_ID)
     p = topics["t"].partitions[0]

@@ -17,7 +17,7 @@ from broker.handlers import admin
 from broker.handlers.context import BrokerServices, RequestContext, uuid_of
 from broker.replica_manager import ProduceRequestPartition, ReplicaManager
 from metadata.image import MetadataImage
-from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from metadata.records import ClusterIdRecord, Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from proto import admin_pb2, common_pb2
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
@@ -33,6 +33,7 @@ from storage.record_batch import build_batch
 
 LISTENER = "PLAINTEXT"
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 
 
 class Controller:
@@ -56,6 +57,7 @@ class Harness:
         image = MetadataImage()
         image.apply_batch(
             [
+                ClusterIdRecord(CLUSTER_ID),
                 *(
                     RegisterBrokerRecord(
                         b, f"inc-{b}", (Endpoint(LISTENER, "kafka-host", 9000 + b),), fenced=False
@@ -352,7 +354,7 @@ def test_describe_cluster_answers_the_listener_endpoints(h: Harness) -> None:
         (101, "kafka-host", 9101),
         (102, "kafka-host", 9102),
     ]
-    assert r.controller_id == 101 and r.cluster_id == ""
+    assert r.controller_id == 101 and r.cluster_id == CLUSTER_ID
     controllers = h.call(ApiKey.DESCRIBE_CLUSTER, 1, m.DescribeClusterRequest(endpoint_type=2))
     assert controllers.error_code == admin.UNSUPPORTED_ENDPOINT_TYPE
 
