@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from metadata.server import expected_cluster_id
+from metadata.records import ClusterIdRecord, encode_batch
+from metadata.server import ControllerNode, ControllerSettings, expected_cluster_id
 from proto.meta_properties import (
     META_PROPERTIES,
     InconsistentClusterIdError,
@@ -59,3 +60,18 @@ def test_controller_setting_must_match_the_data_directory(tmp_path: Path) -> Non
     assert expected_cluster_id(tmp_path, GIVEN) == GIVEN
     with pytest.raises(InconsistentClusterIdError, match=r"cluster\.id"):
         expected_cluster_id(tmp_path, OTHER)
+
+
+def test_controller_records_the_logs_id_and_stops_on_another(tmp_path: Path, capsys) -> None:
+    """The controller process's hook: the first id the log shows goes into meta.properties; a log of
+    another cluster than the given cluster.id stops the process with status 2 and a named error."""
+    node = ControllerNode(1, "127.0.0.1:0", "1@127.0.0.1:1", tmp_path / "a", ControllerSettings())
+    (tmp_path / "a").mkdir()
+    node.state_machine.apply(1, encode_batch([ClusterIdRecord(GIVEN)]))
+    assert read_cluster_id(tmp_path / "a") == GIVEN
+    other = ControllerNode(1, "127.0.0.1:0", "1@127.0.0.1:1", tmp_path, ControllerSettings(cluster_id=OTHER))
+    with pytest.raises(SystemExit) as stopped:
+        other.state_machine.apply(1, encode_batch([ClusterIdRecord(GIVEN)]))
+    assert stopped.value.code == 2
+    assert "INCONSISTENT_CLUSTER_ID" in capsys.readouterr().err
+    assert read_cluster_id(tmp_path) is None
