@@ -605,6 +605,10 @@ class Log:
             self._segments.pop().delete()
             self._bases.pop()
         self.active_segment.truncate_to(offset)
+        # Durable at once: the next flush starts at the segment holding the recovery point, which a
+        # roll may already have moved past this one, so a power loss would bring the cut batches
+        # back under later, flushed segments (overlapping offsets: the log no longer loads).
+        self.active_segment.flush_data()
         leo = self.log_end_offset
         if leo < self._log_start_offset:
             # The removed batch straddled the log start: nothing readable is left below it.

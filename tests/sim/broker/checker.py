@@ -222,8 +222,14 @@ class Checker:
         if broker.log_changed_from is not None:
             plog.invariants()
         entries = self._refresh(broker, plog)
-        self.power_lost.discard(broker_id)
         verified = self._extend_verified(broker_id, entries)
+        if broker_id in self.power_lost:
+            self.power_lost.discard(broker_id)
+            if verified < len(self.committed):
+                # It may have held more than the checker saw it hold (it was not looked at while it
+                # fetched them, e.g. paused right after): whatever it lacks now went with the power.
+                self.amnesia[broker_id] = min(verified, self.amnesia.get(broker_id, verified))
+                self.sim.note(f"b{broker_id} lacks committed records from {verified} after the power loss")
         if partition.role is Role.LEADER:
             self._check_leader(broker_id, partition.leader_epoch, partition.high_watermark, verified)
         if broker_id in self.amnesia:
