@@ -203,6 +203,13 @@ class LocalCluster:
         try:
             self._await_listening(spec, self._spawn(spec))
         except listeners.PortTakenError as exc:
+            if spec.role == "broker" and spec.kafka_port and f":{spec.kafka_port}:" in str(exc):
+                # The Kafka listener's port came from the kernel's ephemeral range, which any
+                # outgoing connection may take; the broker registers wherever it lands, and Kafka
+                # clients find it through Metadata.
+                spec.kafka_port = 0
+                self.start_node(spec)
+                return
             if spec.role != "broker" or spec.advertised_port:
                 raise PortsTakenError(f"cannot start {spec.name} on port {spec.port}: {exc}") from None
             spec.port = spec.kafka_port = 0

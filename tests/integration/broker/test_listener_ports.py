@@ -190,3 +190,21 @@ def test_a_restarted_broker_whose_port_was_taken_moves_to_a_fresh_one(tmp_path: 
             cluster.start_node(broker)
             assert broker.port not in (0, old)
             cluster.wait_until(lambda: cluster.healthy(broker), START_TIMEOUT_S, "broker healthy again")
+
+
+def test_a_restarted_broker_whose_kafka_port_was_taken_keeps_its_grpc_port(tmp_path: Path) -> None:
+    """The Kafka listener's first port came from the kernel's ephemeral range, where any outgoing
+    connection may land: a restart that finds it taken moves only the Kafka listener (clients find it
+    through Metadata), and the broker keeps the gRPC port others know (a chaos proxy forwards to it)."""
+    cluster = LocalCluster(tmp_path, controllers=1, brokers=1, overrides=dict(FAST_OVERRIDES))
+    with stopped_at_exit(cluster):
+        cluster.start()
+        broker = cluster.broker_nodes[0]
+        cluster.wait_until(lambda: cluster.healthy(broker), START_TIMEOUT_S, "broker healthy")
+        cluster.kill_node(broker)
+        grpc_port, kafka_port = broker.port, broker.kafka_port
+        with squatting(kafka_port):
+            cluster.start_node(broker)
+            assert broker.port == grpc_port
+            assert broker.kafka_port not in (0, kafka_port)
+            cluster.wait_until(lambda: cluster.healthy(broker), START_TIMEOUT_S, "broker healthy again")
