@@ -152,6 +152,11 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = clock_ms()
         self._written: dict[str, int] = {}
+        if loaded.high_watermark is not None and loaded.high_watermark > self._high_watermark:
+            # Capped at a shorter recovered log (a power loss took its tail): persist the capped HW
+            # now, or the records appended before the next checkpoint would come back as committed
+            # after another crash (HW = min(stale checkpoint, LEO)).
+            self._write_if_changed("high_watermark", self._high_watermark)
         self._closed = False
         # The cleaner checkpoint (cleaner.finalize writes it): the first offset not yet compacted.
         checkpoint = OffsetCheckpoint(self.directory / cleaner.CLEANER_CHECKPOINT_FILE).read()

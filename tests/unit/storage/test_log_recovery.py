@@ -255,3 +255,24 @@ def test_recovery_ignores_max_message_bytes(open_log) -> None:
     after = (again.log_end_offset, again.segment_base_offsets, batch_offsets(again.read(0, 1 << 24)))
     assert after == before
     again.invariants()
+
+
+def test_hw_checkpoint_never_exceeds_the_hw_after_a_capped_load(open_log) -> None:
+    """Recovery capped the checkpointed HW at a shorter LEO (a power loss took the tail): the
+    checkpoint is rewritten at once, so that records appended afterwards — never committed — are
+    not taken for committed by the next restart (HW = min(stale checkpoint, new LEO)). Seed 23897 of
+    the broker simulation: a replica that lost its log came back with HW 6 over uncommitted records."""
+    directory = written(open_log)  # HW 30 checkpointed
+    for path in directory.iterdir():  # the power loss: only the (fsynced) HW checkpoint survived
+        if path.name != HIGH_WATERMARK_FILE:
+            path.unlink()
+    log = open_log(CONFIG, directory)
+    assert (log.log_end_offset, log.high_watermark) == (0, 0)
+    log.append_as_leader(make_batch(3, timestamp=2_000), 2)
+    log.append_as_leader(make_batch(3, timestamp=2_001), 2)
+    log.update_high_watermark(3)
+    for segment in log._segments:  # the process dies before the next checkpoint
+        segment.close()
+    log = open_log(CONFIG, directory)
+    assert log.log_end_offset == 6
+    assert log.high_watermark <= 3, f"HW {log.high_watermark} covers records never committed"
