@@ -11,7 +11,10 @@ role, leader epoch) — and the controller's committed partition state. Rules (i
   fsynced (Kafka's durability is replication, not fsync) — such a replica is *amnesic* until it
   holds the committed prefix again, and if the controller makes an amnesic replica the leader
   (it can: it is still in the ISR; KIP-966 closes that gap in Kafka 4), or elects a leader
-  uncleanly, what it lacks is legitimately gone and is forgotten here.
+  uncleanly, what it lacks is legitimately gone and is forgotten here. A replica outside the ISR
+  that still follows a leader the controller has replaced (a zombie of an older epoch) truncates, on
+  that leader's word, what lies above its own HW: records the new leader committed there, after the
+  old one lost its leadership, were never the old epoch's; such a replica is amnesic too.
 - *Acknowledged acks=all writes* are committed at their offset, with their value, unless forgotten
   as above.
 - *HW* never decreases within a leader epoch (on the epoch's leader); ``Partition.invariants()`` and
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.fetcher import AppendRecords, FetchAction, TruncateTo
+from broker.fetcher import AppendRecords, FetchAction, TruncateFullyAndStartAt, TruncateTo
 from broker.partition import NO_LEADER, Role
 from broker.replica_manager import FetchResult
 from metadata.image import PartitionRegistration
@@ -89,6 +92,8 @@ class Checker:
         self.no_progress: dict[int, tuple[object, int]] = {}  # broker -> (last truncation state, count)
         self.forgotten = 0  # records forgotten after an amnesic or unclean leader took over
         self.lossy_epoch = -1  # the latest leader epoch whose leader lacked committed history
+        self.last_high_watermark: dict[int, int] = {}  # broker -> its HW at the previous check
+        self.stale_truncation: set[int] = set()  # brokers truncated by a replaced leader in this event
 
     # ---- events reported by the simulation --------------------------------------------------------
 
@@ -126,6 +131,8 @@ class Checker:
         if isinstance(action, AppendRecords) and action.records:
             self.no_progress.pop(broker_id, None)
             return
+        if isinstance(action, TruncateTo | TruncateFullyAndStartAt) and self._follows_replaced_leader(broker):
+            self.stale_truncation.add(broker_id)
         if not isinstance(action, TruncateTo):
             return
         plog = broker.manager.logs.get(action.topic_partition)
@@ -141,6 +148,17 @@ class Checker:
                 f"({action.reason}) left LEO {plog.log_end_offset} and the epoch cache "
                 f"{list(plog.leader_epoch_cache.entries)} unchanged, so the leader never records its LEO"
             )
+
+    def _follows_replaced_leader(self, broker: SimBroker) -> bool:
+        """``broker`` is outside the controller's ISR and follows a leader of an older epoch."""
+        partition = broker.manager.partitions.get(("sim", 0))
+        reg = self.sim.controller.partition()
+        return (
+            partition is not None
+            and reg is not None
+            and partition.leader_epoch < reg.leader_epoch
+            and broker.broker_id not in reg.isr
+        )
 
     def consumed(self, leader_id: int, position: int, result: FetchResult) -> int:
         """Check a consumer fetch answer; returns the consumer's next position."""
@@ -176,6 +194,7 @@ class Checker:
                     self._check_broker(broker)
         for offset in list(self.unconfirmed):
             self._check_acked(offset)
+        self.stale_truncation.clear()
 
     def _refresh(self, broker: SimBroker, plog: Log) -> list[Entry]:
         """Re-read the log from the first offset that may have changed since the last look."""
@@ -204,6 +223,16 @@ class Checker:
             self.amnesia[broker_id] = min(first, self.amnesia.get(broker_id, first))
             self.sim.note(f"b{broker_id} lost committed records [{first}, {end}) (amnesic)")
             return
+        if broker_id in self.stale_truncation and first >= self.last_high_watermark.get(broker_id, 0):
+            # Kafka's guarantee covers the ISR: this replica is outside it and truncated, above its own
+            # HW, on the word of a leader the controller replaced (the records were committed by the
+            # new leader after the old one had lost its leadership). It refetches them from the new one.
+            self.amnesia[broker_id] = first
+            self.sim.note(
+                f"b{broker_id} (outside the ISR) truncated committed records [{first}, {end}) above its HW "
+                "on the word of a replaced leader (amnesic)"
+            )
+            return
         have = entries[first] if first < len(entries) else f"nothing (LEO {len(entries)})"
         value_id = self.committed[first]
         raise SimViolation(
@@ -230,6 +259,7 @@ class Checker:
                 # fetched them, e.g. paused right after): whatever it lacks now went with the power.
                 self.amnesia[broker_id] = min(verified, self.amnesia.get(broker_id, verified))
                 self.sim.note(f"b{broker_id} lacks committed records from {verified} after the power loss")
+        self.last_high_watermark[broker_id] = partition.high_watermark
         if partition.role is Role.LEADER:
             self._check_leader(broker_id, partition.leader_epoch, partition.high_watermark, verified)
         if broker_id in self.amnesia:
