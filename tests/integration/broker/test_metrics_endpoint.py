@@ -27,6 +27,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
         yield bc
 
 
+@pytest.fixture(scope="module")
+def topic(cluster: BrokerCluster) -> str:
+    """The module's topic, created once by whichever test asks first (the order is shuffled)."""
+    cluster.create_topic(TOPIC)
+    return TOPIC
+
+
 def test_exactly_one_active_controller_and_raft_state(cluster: BrokerCluster) -> None:
     controllers = cluster.cluster.controller_nodes
     wait_for(
@@ -41,8 +48,7 @@ def test_exactly_one_active_controller_and_raft_state(cluster: BrokerCluster) ->
     assert len(lags) == len(controllers) - 1, lags
 
 
-def test_leo_hw_and_request_metrics_move_after_produce(cluster: BrokerCluster) -> None:
-    cluster.create_topic(TOPIC)
+def test_leo_hw_and_request_metrics_move_after_produce(cluster: BrokerCluster, topic: str) -> None:
     leader = cluster.leader(TOPIC)
     produced = cluster.produce(leader, TOPIC, [b"a", b"b", b"c"], acks=-1)
     assert produced.code.name == "NONE", produced
@@ -62,7 +68,7 @@ def test_leo_hw_and_request_metrics_move_after_produce(cluster: BrokerCluster) -
     assert value(leader_spec, "pykraft_broker_requests_total", api="ReplicaFetch") >= 1
 
 
-def test_killed_follower_makes_the_partition_under_replicated(cluster: BrokerCluster) -> None:
+def test_killed_follower_makes_the_partition_under_replicated(cluster: BrokerCluster, topic: str) -> None:
     leader = cluster.leader(TOPIC)
     leader_spec = cluster.broker(leader)
     follower = next(s for s in cluster.cluster.broker_nodes if s.node_id != leader)
