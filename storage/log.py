@@ -619,12 +619,15 @@ class Log:
             # The removed batch straddled the log start: nothing readable is left below it.
             self.truncate_fully_and_start_at(self._log_start_offset)
             return True
+        lowered = self._high_watermark > leo
         self._high_watermark = min(self._high_watermark, leo)
         self._recovery_point = min(self._recovery_point, leo)
         self._first_dirty_offset = min(self._first_dirty_offset, leo)
         self._truncations += 1
         self._leader_epoch_cache.truncate_from_end(leo)
         self._write_if_changed("recovery_point", self._recovery_point)
+        if lowered:  # a checkpoint above the HW would cover the next leader's uncommitted records
+            self._write_if_changed("high_watermark", self._high_watermark)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:

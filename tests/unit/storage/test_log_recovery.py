@@ -276,3 +276,21 @@ def test_hw_checkpoint_never_exceeds_the_hw_after_a_capped_load(open_log) -> Non
     log = open_log(CONFIG, directory)
     assert log.log_end_offset == 6
     assert log.high_watermark <= 3, f"HW {log.high_watermark} covers records never committed"
+
+
+def test_hw_checkpoint_never_exceeds_the_hw_after_a_truncation_below_it(open_log) -> None:
+    """A follower truncated below its HW (its new leader lacked that history: unclean or amnesic) and
+    appended the new leader's records: a crash before the next checkpoint must not bring the old HW
+    back over records the new leader had not committed."""
+    log = open_log(CONFIG, written(open_log))  # offsets 0-29, HW 30 checkpointed
+    directory = log.directory
+    assert log.high_watermark == 30
+    log.truncate_to(3)
+    assert log.high_watermark == 3
+    for i in range(3):
+        log.append_as_follower(make_batch(3, timestamp=3_000 + i, base_offset=3 + 3 * i))
+    for segment in log._segments:  # the process dies before the next checkpoint
+        segment.close()
+    log = open_log(CONFIG, directory)
+    assert log.log_end_offset == 12
+    assert log.high_watermark <= 3, f"HW {log.high_watermark} covers records never committed"
