@@ -105,30 +105,36 @@ def test_committed_offsets_survive_coordinator_sigkill(
     assert coordinator.fetch_offsets() == {(topic, p): o for p, o in committed.items()}
 
     old = coordinator.node_id
-    cluster.cluster.kill_node(cluster.broker(old))
-    started = time.monotonic()
-    offsets = coordinator.fetch_offsets()  # retries NOT_COORDINATOR / LOAD_IN_PROGRESS until served
-    assert coordinator.node_id != old
-    assert offsets == {(topic, p): o for p, o in committed.items()}
-    assert time.monotonic() - started < 30
-    described = coordinator.call(
-        "DescribeGroups", group_pb2.DescribeGroupsRequest(groups=[coordinator.group])
-    )
-    # The group itself came back from the log: Stable, same generation, member and assignment; the
-    # member's session restarted at the load, so its next heartbeat is accepted (no rebalance).
-    group = described.groups[0]
-    assert (group.group_state, group.generation_id) == ("Stable", member.generation_id), group
-    assert [(m.member_id, m.member_assignment) for m in group.members] == [(member.member_id, b"all")]
-    assert coordinator.heartbeat(member.member_id, member.generation_id) == ErrorCode.NONE
+    killed = cluster.broker(old)
+    cluster.cluster.kill_node(killed)
+    try:
+        started = time.monotonic()
+        offsets = coordinator.fetch_offsets()  # retries NOT_COORDINATOR / LOAD_IN_PROGRESS until served
+        assert coordinator.node_id != old
+        assert offsets == {(topic, p): o for p, o in committed.items()}
+        assert time.monotonic() - started < 30
+        described = coordinator.call(
+            "DescribeGroups", group_pb2.DescribeGroupsRequest(groups=[coordinator.group])
+        )
+        # The group itself came back from the log: Stable, same generation, member and assignment; the
+        # member's session restarted at the load, so its next heartbeat is accepted (no rebalance).
+        group = described.groups[0]
+        assert (group.group_state, group.generation_id) == ("Stable", member.generation_id), group
+        assert [(m.member_id, m.member_assignment) for m in group.members] == [(member.member_id, b"all")]
+        assert coordinator.heartbeat(member.member_id, member.generation_id) == ErrorCode.NONE
 
-    spec = cluster.broker(coordinator.node_id)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{spec.metrics_port}/metrics", timeout=5).read().decode()
-    samples = {
-        (s.name, s.labels.get("group"), s.labels.get("partition")): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-    assert samples[("pykraft_consumer_group_committed_offset", coordinator.group, "1")] == 22
+        spec = cluster.broker(coordinator.node_id)
+        url = f"http://127.0.0.1:{spec.metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        samples = {
+            (s.name, s.labels.get("group"), s.labels.get("partition")): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("pykraft_consumer_group_committed_offset", coordinator.group, "1")] == 22
+    finally:  # the module's other tests (in any order) want three live brokers
+        cluster.cluster.start_node(killed)
+    wait_for(lambda: cluster.cluster.healthy(killed), 60, f"{killed.name} healthy again")
 
 
 def test_lag_of_a_partition_hosted_on_another_broker(
