@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.fetcher import AppendRecords, FetchAction, TruncateFullyAndStartAt, TruncateTo
-from broker.partition import NO_LEADER, Role
+from broker.partition import NO_LEADER, Partition, Role
 from broker.replica_manager import FetchResult
 from metadata.image import PartitionRegistration
 from proto.errors import ErrorCode
@@ -171,13 +171,17 @@ class Checker:
             return max(0, result.high_watermark)
         if result.code != ErrorCode.NONE or not result.records:
             return position
+        # A fetch parked on a leader that then lost an unclean (or amnesic) election without knowing
+        # it is answered by a zombie: its HW counts its own ISR, so what it serves proves no commit.
+        partition = self.sim.brokers[leader_id].manager.partitions.get(("sim", 0))
+        zombie = partition is not None and partition.leader_epoch < self.lossy_epoch
         for _, header in iter_batches(result.records, validate=False):
             if header.last_offset >= result.high_watermark:
                 raise SimViolation(
                     f"consumer read offset {header.last_offset} from b{leader_id}, at or above its HW "
                     f"{result.high_watermark}"
                 )
-            if header.base_offset <= len(self.committed):  # else: before an amnesic leader's HW
+            if header.base_offset <= len(self.committed) and not zombie:  # else: an amnesic leader's
                 self._commit(
                     header.base_offset, header.max_timestamp, f"read by a consumer from b{leader_id}"
                 )
@@ -251,7 +255,7 @@ class Checker:
         if broker.log_changed_from is not None:
             plog.invariants()
         entries = self._refresh(broker, plog)
-        verified = self._extend_verified(broker_id, entries)
+        verified = self._extend_verified(broker_id, entries, partition)
         if broker_id in self.power_lost:
             self.power_lost.discard(broker_id)
             if verified < len(self.committed):
@@ -272,17 +276,26 @@ class Checker:
             )
         for offset in range(len(self.committed), high_watermark):
             self._commit(offset, entries[offset][0], f"below the HW {high_watermark} of b{broker_id}")
-        self._extend_verified(broker_id, entries)
+        self._extend_verified(broker_id, entries, partition)
 
-    def _extend_verified(self, broker_id: int, entries: list[Entry]) -> int:
+    def _extend_verified(self, broker_id: int, entries: list[Entry], partition: Partition) -> int:
         verified = self.verified.get(broker_id, 0)
         limit = min(len(entries), len(self.committed))
         while verified < limit and entries[verified][0] == self.committed[verified]:
             verified += 1
         self.verified[broker_id] = verified
-        if broker_id in self.amnesia and verified == len(self.committed) > self.amnesia[broker_id]:
+        if (
+            broker_id in self.amnesia
+            and verified == len(self.committed) > self.amnesia[broker_id]
+            and partition.leader_epoch >= self.lossy_epoch
+            and partition.high_watermark <= verified
+        ):
             # It holds the committed prefix again, including a record committed after what it lost
-            # (or after a forgotten history): an ordinary replica from now on.
+            # (or after a forgotten history): an ordinary replica from now on. Not while it is still
+            # in an epoch older than the latest lossy election (a zombie leader, or a follower of
+            # one), nor while its HW claims more than that prefix (an old leader's HW kept until
+            # its truncation): the record it holds may come from the old history, which happens to
+            # agree there, and such a HW (a zombie's, counting its own ISR) commits nothing.
             del self.amnesia[broker_id]
         return verified
 
