@@ -163,6 +163,8 @@ def test_leader_sigkill_loses_no_acknowledged_record(cluster: BrokerCluster) -> 
     assert seen, "the tailing consumer read nothing"
     wrong = {o: v for o, v in seen.items() if values.get(o) != v}
     assert not wrong, f"the consumer saw records that are not in the final log: {sorted(wrong)[:10]}"
+    # the module's other tests (in any order) want three live brokers: the restarted one rejoins
+    cluster.wait_isr(topic, {101, 102, 103}, timeout_s=TIMEOUT_S)
 
 
 def test_unknown_topic_is_refused_with_its_error(cluster: BrokerCluster) -> None:
