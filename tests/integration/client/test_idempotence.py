@@ -96,6 +96,9 @@ def test_dropped_answers_and_leader_sigkill_write_each_record_once(
     by_position = {(r.partition, r.offset): int(r.value) for r in records}
     for i, metadata in acked:
         assert by_position[(metadata.partition, metadata.offset)] == i, f"record {i} not at its acked offset"
+    # the module's other tests (in any order) want three live brokers: the restarted one rejoins
+    for p in range(PARTITIONS):
+        cluster.wait_isr(topic, {101, 102, 103}, timeout_s=TIMEOUT_S, partition=p)
 
 
 def test_a_refused_batch_does_not_block_the_later_ones(cluster: BrokerCluster) -> None:
