@@ -40,14 +40,16 @@ def pytest_configure(config: pytest.Config) -> None:
 # ``--shuffle-seed N`` replays an order, ``--shuffle-seed off`` keeps the file order. The order of a
 # module's tests depends only on the seed and the module, so a single module replays alone too.
 
-SHUFFLED_KINDS = ("integration", "e2e")  # top-level folders under tests/
+SHUFFLED_KINDS = ("integration", "e2e", "compat")  # top-level folders under tests/
+# (tests/compat shares a cluster per module like the integration tests; tests/docker starts a stack
+# per test and tests/chaos shares none, so their order proves nothing and stays the file order.)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--shuffle-seed",
         default=None,
-        help="seed of the integration/e2e tests' shuffled order (default: new each run; 'off': file order)",
+        help="seed of the process tests' shuffled order (default: new each run; 'off': file order)",
     )
 
 
@@ -98,11 +100,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> str:
     seed = _shuffle_seed(config)
     if seed is None:
-        return "integration/e2e tests: file order (--shuffle-seed off)"
-    return f"integration/e2e tests: shuffled order, --shuffle-seed {seed} replays it"
+        return "integration/e2e/compat tests: file order (--shuffle-seed off)"
+    return f"integration/e2e/compat tests: shuffled order, --shuffle-seed {seed} replays it"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     seed = _shuffle_seed(config)
     if exitstatus != 0 and seed is not None and getattr(config, "_pykraft_shuffled", False):
-        terminalreporter.write_line(f"integration/e2e tests ran in a shuffled order: --shuffle-seed {seed}")
+        terminalreporter.write_line(f"process tests ran in a shuffled order: --shuffle-seed {seed}")
