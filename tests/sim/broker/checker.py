@@ -94,6 +94,7 @@ class Checker:
         self.lossy_epoch = -1  # the latest leader epoch whose leader lacked committed history
         self.last_high_watermark: dict[int, int] = {}  # broker -> its HW at the previous check
         self.stale_truncation: set[int] = set()  # brokers truncated by a replaced leader in this event
+        self.epoch_leaders: dict[int, int] = {}  # leader epoch -> the leader the controller elected
 
     # ---- events reported by the simulation --------------------------------------------------------
 
@@ -114,6 +115,7 @@ class Checker:
         self.power_lost.add(broker_id)
 
     def partition_changed(self, old: PartitionRegistration | None, new: PartitionRegistration) -> None:
+        self.epoch_leaders[new.leader_epoch] = new.leader
         if old is not None and new.leader != NO_LEADER and new.leader not in old.isr:
             self.sim.note(f"unclean election of b{new.leader} (ISR was {list(old.isr)})")
             self.amnesia[new.leader] = 0
@@ -306,8 +308,11 @@ class Checker:
                 f"leader b{broker_id} of epoch {epoch}: HW fell from {floor} to {high_watermark}"
             )
         self.high_watermark_floor[epoch] = high_watermark
-        reg = self.sim.controller.partition()
-        elected = reg is not None and (reg.leader, reg.leader_epoch) == (broker_id, epoch)
+        # Elected for this epoch, and no other broker has led since (the partition went offline at
+        # most, its ISR still this broker): not a zombie whose successor holds the history.
+        elected = self.epoch_leaders.get(epoch) == broker_id and all(
+            leader in (broker_id, NO_LEADER) for e, leader in self.epoch_leaders.items() if e > epoch
+        )
         if broker_id in self.amnesia and elected:  # not a zombie of an older epoch: the real leader
             # An amnesic (or uncleanly elected) replica leads: what it lacks is gone for good.
             if verified < len(self.committed):
