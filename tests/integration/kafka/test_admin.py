@@ -207,6 +207,7 @@ def test_describe_cluster_delete_records_and_elect_leaders(
 
 
 def test_kafka_python_admin_client(cluster: BrokerCluster) -> None:
+    import kafka.errors
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka import TopicPartition as KpPartition
     from kafka.admin import ConfigResource as KpResource
@@ -231,7 +232,20 @@ def test_kafka_python_admin_client(cluster: BrokerCluster) -> None:
             producer.send("adm-kp", b"p%d" % i, partition=0)
         producer.flush(DEADLINE_S)
         producer.close()
-        (state,) = client.describe_producers([KpPartition("adm-kp", 0)]).values()
+        answers: list = []
+
+        def described() -> bool:
+            # kafka-python raises UnknownBrokerIdError (and schedules a metadata refresh) when its cached
+            # Metadata lacks the leader, e.g. a broker that was briefly fenced on a loaded machine when
+            # the cache was filled (Metadata lists live brokers only, as Kafka's does): ask again.
+            try:
+                answers.append(client.describe_producers([KpPartition("adm-kp", 0)]))
+            except kafka.errors.UnknownBrokerIdError:
+                return False
+            return True
+
+        wait_until(described, "describe_producers reaches the leader of adm-kp-0")
+        (state,) = answers[-1].values()
         (active,) = state.active_producers  # the leader's producer state
         assert (active.producer_epoch, active.last_sequence) == (0, 4) and active.producer_id >= 0
         deleted = client.delete_records({KpPartition("adm-kp", 0): 3})
