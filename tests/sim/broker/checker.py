@@ -260,11 +260,12 @@ class Checker:
         verified = self._extend_verified(broker_id, entries, partition)
         if broker_id in self.power_lost:
             self.power_lost.discard(broker_id)
-            if verified < len(self.committed):
-                # It may have held more than the checker saw it hold (it was not looked at while it
-                # fetched them, e.g. paused right after): whatever it lacks now went with the power.
-                self.amnesia[broker_id] = min(verified, self.amnesia.get(broker_id, verified))
-                self.sim.note(f"b{broker_id} lacks committed records from {verified} after the power loss")
+            # It may have held more than the checker saw it hold (it was not looked at while it
+            # fetched them, e.g. paused right after): whatever it lacks now went with the power —
+            # including records not committed yet that a leader's HW may still count it for, on a
+            # fetch it sent before the power loss (seed 51832).
+            self.amnesia[broker_id] = min(verified, self.amnesia.get(broker_id, verified))
+            self.sim.note(f"b{broker_id} may lack records from {verified} after the power loss")
         self.last_high_watermark[broker_id] = partition.high_watermark
         if partition.role is Role.LEADER:
             self._check_leader(broker_id, partition.leader_epoch, partition.high_watermark, verified)
@@ -317,7 +318,13 @@ class Checker:
             # An amnesic (or uncleanly elected) replica leads: what it lacks is gone for good.
             if verified < len(self.committed):
                 self._forget_from(verified, f"b{broker_id} leads epoch {epoch} without it")
-                self.lossy_epoch = max(self.lossy_epoch, epoch)
+            else:
+                # It lacks nothing committed yet, but a leader of an older epoch that has not heard of
+                # this one may still count, towards its HW, a fetch this replica sent before it lost
+                # what it fetched (seed 51832): what that zombie commits or acknowledges from here is
+                # not this epoch's history, and the others may hold it until they reconcile.
+                self._mark_others_amnesic(broker_id, len(self.committed))
+            self.lossy_epoch = max(self.lossy_epoch, epoch)
             self.amnesia.pop(broker_id, None)
 
     def _commit(self, offset: int, value_id: int, why: str) -> None:
@@ -343,8 +350,13 @@ class Checker:
         # reconciles with the new leader: treat it as amnesic until it holds the new prefix.
         for broker_id in self.sim.brokers:
             self.verified[broker_id] = min(self.verified.get(broker_id, 0), offset)
-            # reconciled = holds a record committed after the forgotten point (hence max, not min)
-            self.amnesia[broker_id] = max(offset, self.amnesia.get(broker_id, offset))
+        self._mark_others_amnesic(None, offset)
+
+    def _mark_others_amnesic(self, leader_id: int | None, offset: int) -> None:
+        for broker_id in self.sim.brokers:
+            if broker_id != leader_id:
+                # reconciled = holds a record committed after ``offset`` (hence max, not min)
+                self.amnesia[broker_id] = max(offset, self.amnesia.get(broker_id, offset))
 
     def _check_acked(self, offset: int) -> None:
         value_id = self.acked[offset]

@@ -528,7 +528,7 @@ class SimBroker:
         self.alive = False
         self.drop_files()
         lost = self.sim.disk.power_loss(self.directory) if power_loss else 0
-        if power_loss:
+        if lost:
             self.sim.checker.power_loss(self.broker_id)
         kind = f" ({lost} unflushed bytes lost)" if power_loss else ""
         self.sim.note(f"{'power loss' if power_loss else 'crash'} b{self.broker_id}{kind}")

@@ -122,6 +122,7 @@ def test_a_follower_truncation_survives_a_power_loss(directory: Path) -> None:
         23897,  # (100,000-seed run) a HW checkpoint capped at a power-lost log is rewritten at load
         33393,  # a zombie leader's HW after an unclean election commits nothing, even kept as a follower
         41978,  # an amnesic leader's lack is forgotten even once its partition went offline (no successor)
+        51832,  # a zombie leader's HW counting a fetch sent before the fetcher's power loss commits nothing
     ],
 )
 def test_seeds_that_once_failed(seed: int) -> None:
