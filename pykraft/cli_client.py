@@ -1,16 +1,21 @@
-"""``pykraft produce`` and ``pykraft consume``: Kafka's console producer and consumer.
+"""``pykraft produce`` and ``pykraft consume``: Kafka's console producer and consumer, on confluent-kafka.
 
     printf 'a\\nb\\n' | pykraft produce --bootstrap 127.0.0.1:9092 --topic T --acks all
     printf 'k1:v1\\n' | pykraft produce --bootstrap ... --topic T --key-separator :
     pykraft consume --bootstrap ... --topic T --from-beginning --max-messages 2 --print-offsets
 
-``produce`` sends every stdin line (without its newline) as one record's value, or as key and value
-split at the first ``--key-separator``; it exits 0 once every record is acknowledged, 1 if any
-failed (each failure is reported on stderr with its Kafka error), 2 on bad usage (a line without
-the separator is bad usage: nothing after it is sent). ``consume`` prints one record per line
-(``--print-offsets`` prefixes ``partition:offset<TAB>``, ``--print-key`` prefixes ``key<SEP>``) and
-stops after ``--max-messages`` records or ``--timeout-ms`` without a record; it says how many it
-processed on stderr. Bytes are written as they are (no decoding).
+``--bootstrap`` lists brokers' Kafka listeners (default ``$KAFKA_BOOTSTRAP``, printed by ``pykraft
+cluster up``); the commands run confluent-kafka's ``Producer`` and ``Consumer`` (librdkafka) against
+them. ``produce`` sends every stdin line (without its newline) as one record's value, or as key and
+value split at the first ``--key-separator``; with ``--acks all`` the producer is idempotent. It exits
+0 once every record is acknowledged, 1 if any failed (each failure is reported on stderr with its
+Kafka error, e.g. ``line 2: MESSAGE_TOO_LARGE (10): ...``; an unknown topic is reported before
+anything is sent), 2 on bad usage (a line without the separator is bad usage: nothing after it is
+sent). ``consume`` prints one record per line (``--print-offsets`` prefixes ``partition:offset<TAB>``,
+``--print-key`` prefixes ``key<SEP>``) and stops after ``--max-messages`` records or ``--timeout-ms``
+without a record; it says how many it processed on stderr (``Processed a total of N messages``).
+Bytes are written as they are (no decoding). Runs longer than ``--progress-interval-ms`` (10 s) print
+a progress line to stderr at that interval.
 
 ``consume --group G`` subscribes to ``--topic`` as a member of consumer group G (like
 ``kafka-console-consumer.sh --group``): the group assigns the partitions, reading starts at the
@@ -19,27 +24,40 @@ offsets of every batch are committed synchronously right after it is printed (at
 crash re-prints at most the batch being printed). Assignment changes go to stderr as
 ``Assigned: t-0 t-1`` / ``Revoked: ...``. ``--consumer-property KEY=VALUE`` passes Kafka consumer
 settings (``session.timeout.ms``, ``heartbeat.interval.ms``, ``max.poll.interval.ms``,
-``group.instance.id``, ``partition.assignment.strategy``, ...). SIGTERM closes the consumer cleanly
-(commit, LeaveGroup).
+``group.instance.id``, ``partition.assignment.strategy``, ... — librdkafka's names, plus the Java
+client's ``fetch.max.wait.ms``, ``request.timeout.ms`` and ``max.poll.records``). SIGTERM closes the
+consumer cleanly (LeaveGroup; what was printed is committed already).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
-from typing import BinaryIO
+import time
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
-from proto import errors
-from pykraft.types import RecordMetadata, TopicPartition
+from pykraft.cli_kafka import (
+    BOOTSTRAP_MISSING,
+    add_bootstrap,
+    client_config,
+    console_group_id,
+    describe_error,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 MY_COMMANDS = ("produce", "consume")
 FOREVER = -1
+PROGRESS_INTERVAL_MS = 10_000
+METADATA_TIMEOUT_S = 30.0
+ERRORS_SHOWN = 5  # failed records reported one by one; the rest are counted
+CONSUME_BATCH = 500
+# The Java client's names that librdkafka spells differently; max.poll.records is the CLI's batch.
+JAVA_CONSUMER_NAMES = {"fetch.max.wait.ms": "fetch.wait.max.ms", "request.timeout.ms": "socket.timeout.ms"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,14 +68,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--bootstrap",
-        "--bootstrap-server",
-        dest="bootstrap",
-        default=os.environ.get("PYKRAFT_BOOTSTRAP"),
-        help="HOST:PORT[,HOST:PORT] of any broker (default $PYKRAFT_BOOTSTRAP)",
-    )
+    add_bootstrap(p)
     p.add_argument("--topic", required=True)
+    p.add_argument(
+        "--progress-interval-ms",
+        type=int,
+        default=PROGRESS_INTERVAL_MS,
+        help=f"print a progress line on stderr this often (default {PROGRESS_INTERVAL_MS}; 0: never)",
+    )
 
 
 def _add_produce(sub: argparse._SubParsersAction) -> None:
@@ -97,38 +115,35 @@ def _add_consume(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_consume)
 
 
-# Kafka consumer settings the CLI accepts with --consumer-property, and how to parse each.
-CONSUMER_PROPERTIES = {
-    "session.timeout.ms": int,
-    "heartbeat.interval.ms": int,
-    "max.poll.interval.ms": int,
-    "max.poll.records": int,
-    "group.instance.id": str,
-    "partition.assignment.strategy": lambda v: [s.strip() for s in v.split(",") if s.strip()],
-    "auto.offset.reset": str,
-    "enable.auto.commit": lambda v: v.lower() == "true",
-    "auto.commit.interval.ms": int,
-    "fetch.max.wait.ms": int,
-    "request.timeout.ms": int,
-    "retry.backoff.ms": int,
-    "metadata.max.age.ms": int,
-    "client.id": str,
-}
+class _UsageError(Exception):
+    pass
 
 
-def consumer_properties(items: list[str]) -> dict[str, object]:
-    """``["session.timeout.ms=6000", ...]`` -> Consumer keyword arguments; bad input -> _UsageError."""
-    kwargs: dict[str, object] = {}
+class _Failed(Exception):
+    """A failure already described as ``NAME (code): message``; exit 1."""
+
+
+def consumer_properties(items: list[str]) -> tuple[dict[str, str], int]:
+    """``["session.timeout.ms=6000", ...]`` -> (librdkafka settings, records per batch)."""
+    settings: dict[str, str] = {}
+    batch = CONSUME_BATCH
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or key not in CONSUMER_PROPERTIES:
-            known = ", ".join(sorted(CONSUMER_PROPERTIES))
-            raise _UsageError(f"--consumer-property {item!r}: expected KEY=VALUE with KEY one of {known}")
-        try:
-            kwargs[key.replace(".", "_")] = CONSUMER_PROPERTIES[key](value)
-        except ValueError:
-            raise _UsageError(f"--consumer-property {item!r}: {value!r} is not a valid value") from None
-    return kwargs
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise _UsageError(
+                f"--consumer-property {item!r}: expected KEY=VALUE, e.g. session.timeout.ms=6000"
+            )
+        if key == "max.poll.records":
+            try:
+                batch = int(value)
+            except ValueError:
+                raise _UsageError(f"--consumer-property {item!r}: {value!r} is not a valid value") from None
+            if batch < 1:
+                raise _UsageError(f"--consumer-property {item!r}: max.poll.records must be >= 1")
+            continue
+        settings[JAVA_CONSUMER_NAMES.get(key, key)] = value
+    return settings, batch
 
 
 def _usage(message: str) -> int:
@@ -136,66 +151,112 @@ def _usage(message: str) -> int:
     return EXIT_USAGE
 
 
-def _fail(error: errors.KafkaError) -> int:
-    print(f"Error: {errors.ErrorCode(error.code).name} ({error.code}): {error.message}", file=sys.stderr)
-    return EXIT_ERROR
+class _Progress:
+    """A progress line on stderr every ``interval_ms`` (never when it is 0)."""
+
+    def __init__(self, interval_ms: int, line: Callable[[float], str]) -> None:
+        self._interval_s = interval_ms / 1000
+        self._line = line
+        self._started = time.monotonic()
+        self._next = self._started + self._interval_s
+
+    def tick(self) -> None:
+        if self._interval_s <= 0:
+            return
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self._interval_s
+            print(self._line(now - self._started), file=sys.stderr, flush=True)
+
+
+def _check_partitions(client: Any, topic: str, partition: int | None) -> list[int]:
+    """The topic's partitions from a Metadata request; an unknown topic -> _Failed, a partition it
+    does not have -> _UsageError."""
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        raise _Failed(describe_error(exc)) from None
+    described = metadata.topics.get(topic)
+    if described is None or described.error is not None:
+        reason = describe_error(described.error) if described is not None else "not in the Metadata answer"
+        raise _Failed(f"{reason} (topic {topic!r})")
+    partitions = sorted(described.partitions)
+    if partition is not None and partition not in partitions:
+        raise _UsageError(f"topic {topic!r} has partitions 0..{len(partitions) - 1}, not {partition}")
+    return partitions
 
 
 # ---- produce ----------------------------------------------------------------------------------------
 
 
 class _DeliveryReport:
-    """Counts acknowledgements and failures from the sender thread."""
+    """Counts acknowledgements and failures; librdkafka calls it from ``poll``/``flush``."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self.acknowledged = 0
         self.failed = 0
-        self.first_errors: list[str] = []
 
-    def __call__(self, metadata: RecordMetadata | None, error: Exception | None) -> None:
-        with self._lock:
-            if error is None:
+    def for_line(self, number: int) -> Callable[[Any, Any], None]:
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is None:
                 self.acknowledged += 1
                 return
             self.failed += 1
-            if len(self.first_errors) < 5:
-                self.first_errors.append(str(error))
+            if self.failed <= ERRORS_SHOWN:
+                print(f"Error: line {number}: {describe_error(err)}", file=sys.stderr, flush=True)
+
+        return on_delivery
 
 
 def run_produce(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
     if not args.bootstrap:
-        return _usage("give --bootstrap HOST:PORT (or set PYKRAFT_BOOTSTRAP)")
-    from pykraft.producer import Producer
+        return _usage(BOOTSTRAP_MISSING)
+    from confluent_kafka import KafkaException, Producer
 
     source = stdin or sys.stdin.buffer
     separator = args.key_separator.encode() if args.key_separator else None
-    report = _DeliveryReport()
+    acks = "all" if args.acks == "-1" else args.acks
+    settings = {
+        "acks": acks, "enable.idempotence": acks == "all", "compression.type": args.compression,
+        "linger.ms": args.linger_ms, "batch.size": args.batch_size, "message.timeout.ms": args.timeout_ms,
+    }  # fmt: skip
     try:
-        producer = Producer(
-            args.bootstrap, acks=args.acks, compression_type=args.compression, linger_ms=args.linger_ms,
-            batch_size=args.batch_size, delivery_timeout_ms=args.timeout_ms,
-            max_block_ms=min(args.timeout_ms, 60_000),
-        )  # fmt: skip
-    except ValueError as exc:
-        return _usage(str(exc))
+        producer = Producer(client_config(args.bootstrap, args.client_log_level, **settings))
+    except KafkaException as exc:
+        return _usage(describe_error(exc))
+    report = _DeliveryReport()
+    sent = [0]
+    progress = _Progress(args.progress_interval_ms, lambda s: (
+        f"produce: {sent[0]} records sent, {report.acknowledged} acknowledged, {report.failed} failed "
+        f"after {s:.0f} s"))  # fmt: skip
     code = EXIT_OK
     try:
-        code = _send_lines(producer, args, source, separator, report)
-        producer.flush()
-    except errors.KafkaError as exc:
-        code = _fail(exc)
+        _check_partitions(producer, args.topic, args.partition)
+        code = _send_lines(producer, args, source, separator, report, sent, progress)
+        deadline = time.monotonic() + args.timeout_ms / 1000 + METADATA_TIMEOUT_S
+        while producer.flush(1.0) > 0:
+            progress.tick()
+            if time.monotonic() > deadline:
+                unacknowledged = len(producer)
+                raise _Failed(f"_TIMED_OUT: {unacknowledged} record(s) unacknowledged after --timeout-ms")
+    except _UsageError as exc:
+        code = _usage(str(exc))
+    except _Failed as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        code = EXIT_ERROR
     finally:
-        producer.close()
-    for message in report.first_errors:
-        print(f"Error: {message}", file=sys.stderr)
+        producer.flush(0)
     if report.failed:
         print(f"{report.failed} record(s) failed, {report.acknowledged} acknowledged", file=sys.stderr)
         return EXIT_ERROR
     return code
 
 
-def _send_lines(producer, args: argparse.Namespace, source: BinaryIO, separator: bytes | None, report) -> int:
+def _send_lines(producer: Any, args: argparse.Namespace, source: BinaryIO, separator: bytes | None,
+                report: _DeliveryReport, sent: list[int], progress: _Progress) -> int:  # fmt: skip
+    extra = {} if args.partition is None else {"partition": args.partition}
     for number, raw in enumerate(source, start=1):
         line = raw[:-1] if raw.endswith(b"\n") else raw
         line = line[:-1] if line.endswith(b"\r") else line
@@ -206,7 +267,15 @@ def _send_lines(producer, args: argparse.Namespace, source: BinaryIO, separator:
                 return _usage(
                     f"line {number} has no key separator {separator!r}; nothing from it on was sent"
                 )
-        producer.send(args.topic, line, key=key, partition=args.partition, on_delivery=report)
+        while True:
+            try:
+                producer.produce(args.topic, line, key, on_delivery=report.for_line(number), **extra)
+                break
+            except BufferError:  # librdkafka's queue is full: serve delivery reports, then retry
+                producer.poll(0.1)
+        sent[0] += 1
+        producer.poll(0)
+        progress.tick()
     return EXIT_OK
 
 
@@ -215,123 +284,144 @@ def _send_lines(producer, args: argparse.Namespace, source: BinaryIO, separator:
 
 def run_consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
     if not args.bootstrap:
-        return _usage("give --bootstrap HOST:PORT (or set PYKRAFT_BOOTSTRAP)")
+        return _usage(BOOTSTRAP_MISSING)
     if args.offset is not None and args.partition is None:
         return _usage("--offset needs --partition")
     if args.group is not None and (args.partition is not None or args.offset is not None):
         return _usage("--group gets its partitions from the group: do not give --partition or --offset")
     if args.consumer_property and args.group is None:
         return _usage("--consumer-property is for group consumers: give --group too")
-    from pykraft.consumer import Consumer
+    from confluent_kafka import Consumer, KafkaException
 
     out = stdout or sys.stdout.buffer
     try:
-        settings = {"auto_offset_reset": "earliest" if args.from_beginning else "latest"}
-        if args.group is not None:
-            settings |= {"group_id": args.group, "enable_auto_commit": False}
-            settings |= consumer_properties(args.consumer_property)
-        consumer = Consumer(args.bootstrap, **settings)
+        properties, batch = consumer_properties(args.consumer_property)
+        settings = {
+            "group.id": args.group or console_group_id(),
+            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+            "enable.auto.commit": False, "enable.auto.offset.store": False, **properties,
+        }  # fmt: skip
+        consumer = Consumer(client_config(args.bootstrap, args.client_log_level, **settings))
     except _UsageError as exc:
         return _usage(str(exc))
-    except ValueError as exc:
-        return _usage(str(exc))
+    except KafkaException as exc:
+        return _usage(f"{describe_error(exc)} (check --consumer-property)")
+    count = 0
+    previous = _stop_on_sigterm() if args.group is not None else None
     try:
         if args.group is not None:
-            _stop_on_sigterm()
-            consumer.subscribe([args.topic], on_assign=_report("Assigned"), on_revoke=_report("Revoked"))
+            consumer.subscribe([args.topic], on_assign=_report("Assigned"), on_revoke=_report("Revoked"),
+                               on_lost=_report("Lost"))  # fmt: skip
         else:
             _assign(consumer, args)
-        count = _print_records(consumer, args, out)
-    except errors.KafkaError as exc:
-        return _fail(exc)
+        count = _print_records(consumer, args, out, batch)
+    except _Failed as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except _UsageError as exc:
         return _usage(str(exc))
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the close short
         consumer.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return EXIT_OK
 
 
-class _UsageError(Exception):
-    pass
+def _assign(consumer: Any, args: argparse.Namespace) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-
-def _assign(consumer, args: argparse.Namespace) -> None:
-    partitions = consumer.partitions_for(args.topic)
-    if args.partition is not None and args.partition not in partitions:
-        raise _UsageError(
-            f"topic {args.topic!r} has partitions 0..{len(partitions) - 1}, not {args.partition}"
-        )
+    partitions = _check_partitions(consumer, args.topic, args.partition)
     chosen = [args.partition] if args.partition is not None else partitions
-    tps = [TopicPartition(args.topic, p) for p in chosen]
-    consumer.assign(tps)
-    if args.offset in (None, "earliest", "latest"):
-        if args.offset == "earliest":
-            consumer.seek_to_beginning(*tps)
-        elif args.offset == "latest":
-            consumer.seek_to_end(*tps)
-        return
-    try:
-        offset = int(args.offset)
-    except ValueError:
-        raise _UsageError(f"--offset must be a number, 'earliest' or 'latest', not {args.offset!r}") from None
-    if offset < 0:
-        raise _UsageError(f"--offset must be >= 0, not {offset}")
-    consumer.seek(tps[0], offset)
+    if args.offset == "earliest" or (args.offset is None and args.from_beginning):
+        start = OFFSET_BEGINNING
+    elif args.offset in (None, "latest"):
+        start = OFFSET_END
+    else:
+        try:
+            start = int(args.offset)
+        except ValueError:
+            raise _UsageError(
+                f"--offset must be a number, 'earliest' or 'latest', not {args.offset!r}"
+            ) from None
+        if start < 0:
+            raise _UsageError(f"--offset must be >= 0, not {start}")
+    consumer.assign([TopicPartition(args.topic, p, start) for p in chosen])
 
 
-def _report(what: str):
-    def callback(partitions: list[TopicPartition]) -> None:
+def _report(what: str) -> Callable[[Any, list[Any]], None]:
+    def callback(_consumer: Any, partitions: list[Any]) -> None:
         names = " ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(partitions, key=lambda t: t.partition))
         print(f"{what}: {names}", file=sys.stderr, flush=True)
 
     return callback
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM -> SystemExit, so ``finally`` closes the consumer (commit, LeaveGroup)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_OK))
+def _stop_on_sigterm() -> Any:
+    """SIGTERM -> SystemExit, so ``finally`` closes the consumer (LeaveGroup). Returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_OK))
 
 
-def _commit(consumer, printed: dict[TopicPartition, int]) -> None:
-    """Commit the offsets after what was printed; a refused commit (rebalance) is reported and the
-    records will be printed again by their next owner (at-least-once)."""
-    from pykraft.consumer import CommitFailedError
+def _commit(consumer: Any, printed: dict[tuple[str, int], int]) -> None:
+    """Commit the offsets after what was printed; a refused commit (a rebalance took the partitions)
+    is reported and the records will be printed again by their next owner (at-least-once)."""
+    from confluent_kafka import KafkaException, TopicPartition
 
+    offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in printed.items()]
     try:
-        consumer.commit(printed)
-    except CommitFailedError as exc:
-        print(f"Warning: {exc}", file=sys.stderr, flush=True)
+        consumer.commit(offsets=offsets, asynchronous=False)
+    except KafkaException as exc:
+        print(f"Warning: commit failed, {describe_error(exc)}", file=sys.stderr, flush=True)
 
 
-def _print_records(consumer, args: argparse.Namespace, out: BinaryIO) -> int:
+# A consume error that ends the run: the topic is gone or was never there, or librdkafka gave up.
+FATAL_CONSUME_ERRORS = frozenset({3, 29})  # UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED
+
+
+def _print_records(consumer: Any, args: argparse.Namespace, out: BinaryIO, batch: int) -> int:
+    from confluent_kafka import KafkaError
+
     separator = args.key_separator.encode()
     count = 0
-    idle_ms = 0
-    poll_ms = 200 if args.timeout_ms == FOREVER else min(200, args.timeout_ms)
+    warned: set[int] = set()
+    progress = _Progress(args.progress_interval_ms, lambda s: f"consume: {count} messages after {s:.0f} s")
+    poll_s = 0.2 if args.timeout_ms == FOREVER else min(0.2, args.timeout_ms / 1000)
+    last_record = time.monotonic()
     while args.max_messages == FOREVER or count < args.max_messages:
-        records = consumer.poll(poll_ms)
-        if not records:
-            idle_ms += poll_ms
-            if args.timeout_ms != FOREVER and idle_ms >= args.timeout_ms:
+        progress.tick()
+        wanted = batch if args.max_messages == FOREVER else min(batch, args.max_messages - count)
+        messages = consumer.consume(num_messages=wanted, timeout=poll_s)
+        printed: dict[tuple[str, int], int] = {}
+        parts: list[bytes] = []
+        for message in messages:
+            err = message.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal() or err.code() in FATAL_CONSUME_ERRORS:
+                    raise _Failed(describe_error(err))
+                if err.code() not in warned:
+                    warned.add(err.code())
+                    print(f"Warning: {describe_error(err)}", file=sys.stderr, flush=True)
+                continue
+            printed[(message.topic(), message.partition())] = message.offset() + 1
+            if args.print_offsets:
+                parts.append(f"{message.partition()}:{message.offset()}\t".encode())
+            if args.print_key:
+                parts += [message.key() or b"", separator]
+            parts += [message.value() or b"", b"\n"]
+            count += 1
+        if not printed:
+            if args.timeout_ms != FOREVER and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
                 break
             continue
-        idle_ms = 0
-        printed: dict[TopicPartition, int] = {}
-        for record in records:
-            if args.max_messages != FOREVER and count >= args.max_messages:
-                break
-            printed[TopicPartition(record.topic, record.partition)] = record.offset + 1
-            parts = []
-            if args.print_offsets:
-                parts.append(f"{record.partition}:{record.offset}\t".encode())
-            if args.print_key:
-                parts += [record.key or b"", separator]
-            parts += [record.value or b"", b"\n"]
-            out.write(b"".join(parts))
-            count += 1
+        last_record = time.monotonic()
+        out.write(b"".join(parts))
         out.flush()
-        if args.group is not None and printed:
+        if args.group is not None:
             _commit(consumer, printed)
     return count

@@ -14,8 +14,9 @@ group (no members: Kafka's rule, and the coordinator enforces it too); it prints
 nothing unless ``--execute`` is given (Kafka's dry-run default). New offsets are clamped into
 ``[log start offset, high watermark]`` as Kafka's tool does.
 
-``--bootstrap`` (default ``$PYKRAFT_BOOTSTRAP``) is any controller or broker; group calls go to the
-brokers found through it. Output is a table, or JSON with ``--json``. Errors print
+``--bootstrap`` (default ``$KAFKA_BOOTSTRAP``) lists brokers' Kafka listeners: the calls are Kafka's
+Admin API on confluent-kafka (ListGroups, DescribeGroups, OffsetFetch, OffsetCommit, DeleteGroups,
+and ListOffsets for the high watermarks). Output is a table, or JSON with ``--json``. Errors print
 ``Error: <CODE_NAME> (<code>): <message>`` and exit 1; bad flags exit 2.
 """
 
@@ -23,14 +24,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from proto import errors
-from pykraft.assignors import tp_key
-from pykraft.cli_admin import EXIT_ERROR, UsageError, _common, _print_json, _run, _table
-from pykraft.group_admin import ConsumerGroupDescription
-from pykraft.types import TopicPartition
+from pykraft.cli_admin import EXIT_ERROR, EXIT_USAGE, UsageError, _fail, _print_json, _table
+from pykraft.cli_kafka import (
+    BOOTSTRAP_MISSING,
+    ClientError,
+    ConsumerGroupDescription,
+    KafkaGroupAdmin,
+    TopicPartition,
+    add_bootstrap,
+    tp_key,
+)
 
 NONE_SHOWN = "-"
 
@@ -71,6 +79,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     rm.add_argument("groups", nargs="*", metavar="GROUP")
     rm.add_argument("--group", action="append", default=[], dest="group_flags", help="repeatable")
     rm.set_defaults(func=lambda a: _run(a, _delete))
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_bootstrap(p)
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer (default 30)")
+
+
+def _run(args: argparse.Namespace, action: Callable[[Any, argparse.Namespace], int]) -> int:
+    if not args.bootstrap:
+        print(f"Error: {BOOTSTRAP_MISSING}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with KafkaGroupAdmin(args.bootstrap, args.timeout, args.client_log_level) as admin:
+            return action(admin, args)
+    except errors.KafkaError as exc:
+        return _fail(exc)
+    except ClientError as exc:
+        return _fail(str(exc))
+    except (UsageError, ValueError) as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _group_argument(p: argparse.ArgumentParser) -> None:
@@ -129,7 +159,7 @@ def _offset_rows(admin: Any, description: ConsumerGroupDescription) -> list[dict
     ends = admin.list_offsets(partitions, "latest") if partitions else {}
     rows = []
     for tp in partitions:
-        current = committed[tp].offset if tp in committed else None
+        current = committed.get(tp)
         end = ends.get(tp)
         member = owner.get(tp)
         rows.append({
@@ -147,6 +177,12 @@ def _offset_rows(admin: Any, description: ConsumerGroupDescription) -> list[dict
 
 def _shown(value: Any) -> Any:
     return NONE_SHOWN if value is None or value == "" else value
+
+
+def _described(error: errors.KafkaError | ClientError) -> str:
+    if isinstance(error, errors.KafkaError):
+        return f"{errors.ErrorCode(error.code).name} ({error.code}): {error.message}"
+    return str(error)
 
 
 def _describe_members(description: ConsumerGroupDescription, args: argparse.Namespace) -> int:
@@ -171,9 +207,9 @@ def _describe_state(description: ConsumerGroupDescription, args: argparse.Namesp
         _print_json(description)
         return 0
     _table([
-        ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "GENERATION", "#MEMBERS"],
+        ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
         [description.group_id, description.coordinator, _shown(description.assignor), description.state,
-         description.generation_id, len(description.members)],
+         len(description.members)],
     ])
     return 0
 
@@ -226,7 +262,7 @@ def _scope(
         (description,) = admin.describe_topics([topic])
         if description.error is not None:
             raise description.error
-        out += [TopicPartition(topic, p.partition) for p in description.partitions]
+        out += [TopicPartition(topic, p) for p in description.partitions]
     return sorted(set(out), key=tp_key)
 
 
@@ -250,7 +286,7 @@ def _plan(
         missing = [tp for tp in partitions if tp not in committed]
         if missing:
             raise UsageError(f"--shift-by needs a committed offset; none for {_names(missing)}")
-        wanted = {tp: committed[tp].offset + args.shift_by for tp in partitions}
+        wanted = {tp: committed[tp] + args.shift_by for tp in partitions}
     return {tp: min(max(wanted[tp], earliest[tp]), latest[tp]) for tp in partitions}
 
 
@@ -283,6 +319,5 @@ def _delete(admin: Any, args: argparse.Namespace) -> int:
             names = ", ".join(f"'{g}'" for g in ok)
             print(f"Deletion of requested consumer groups ({names}) was successful.")
         for g, e in failed.items():
-            name = errors.ErrorCode(e.code).name
-            print(f"Error: deleting group '{g}' failed: {name} ({e.code}): {e.message}", file=sys.stderr)
+            print(f"Error: deleting group '{g}' failed: {_described(e)}", file=sys.stderr)
     return EXIT_ERROR if failed else 0

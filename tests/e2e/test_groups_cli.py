@@ -4,7 +4,8 @@ Issue 8, tools: a group consumes with ``pykraft consume --group`` and commits; `
 it; ``groups describe`` shows each partition's committed offset, high watermark and lag (and the
 members while it is active); ``groups reset-offsets`` is a dry run unless ``--execute``, moves an
 inactive group's offsets, and refuses an active group; ``groups delete`` refuses a group with
-members and deletes an empty one with its offsets.
+members and deletes an empty one with its offsets. Since issue 16 every command is confluent-kafka
+against the brokers' Kafka listeners.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def cluster(e2e_cluster: BrokerCluster) -> BrokerCluster:
 
 def pykraft(cluster: BrokerCluster, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "pykraft.cli", *args, "--bootstrap", cluster.cluster.bootstrap],
+        [sys.executable, "-m", "pykraft.cli", *args, "--bootstrap", cluster.cluster.kafka_bootstrap],
         check=False,
         input=stdin,
         capture_output=True,
@@ -111,7 +112,7 @@ def test_groups_list_describe_reset_delete(cluster: BrokerCluster) -> None:
 def test_an_active_group_cannot_be_reset_or_deleted(cluster: BrokerCluster) -> None:
     member = subprocess.Popen(
         [sys.executable, "-m", "pykraft.cli", "consume", "--topic", TOPIC, "--group", GROUP,
-         "--bootstrap", cluster.cluster.bootstrap, "--timeout-ms", "120000",
+         "--bootstrap", cluster.cluster.kafka_bootstrap, "--timeout-ms", "120000",
          "--consumer-property", "session.timeout.ms=6000",
          "--consumer-property", "heartbeat.interval.ms=500"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

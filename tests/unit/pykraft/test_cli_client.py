@@ -1,82 +1,147 @@
-"""``pykraft produce`` / ``pykraft consume`` in-process against the fake BrokerService.
+"""``pykraft produce`` / ``pykraft consume``: what needs no broker (flags, line splitting, consumer
+properties, progress lines). The round trips against real brokers (confluent-kafka over the Kafka
+protocol) are tests/e2e/test_cli_produce_consume.py.
 
-Rules: every stdin line becomes one record (split at --key-separator), exit 0 once all are
-acknowledged; consume prints values (with --print-offsets / --print-key prefixes), stops at
---max-messages or --timeout-ms; usage errors exit 2 with a message and send nothing further.
+Rules: every stdin line becomes one record (split at --key-separator; a line without it is bad usage
+and nothing from it on is sent); usage errors exit 2 with a message; --consumer-property takes Kafka's
+consumer setting names (the Java client's fetch.max.wait.ms / request.timeout.ms are translated to
+librdkafka's, max.poll.records is the batch size).
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 
 import pytest
 
 from pykraft import cli_client
 from pykraft.cli import build_parser
-from tests.unit.pykraft.fake_brokers import FakeCluster
-
-TOPIC = "lines"
+from pykraft.cli_kafka import error_name
 
 
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    fake = FakeCluster()
-    fake.create_topic(TOPIC, 2)
-    try:
-        yield fake
-    finally:
-        fake.stop()
+class RecordingProducer:
+    """Stands in for confluent_kafka.Producer in ``_send_lines``: keeps what was produced; the first
+    ``full`` produce calls raise BufferError as librdkafka does when its queue is full."""
+
+    def __init__(self, full: int = 0) -> None:
+        self.records: list[tuple[str, bytes, bytes | None, dict]] = []
+        self.full = full
+        self.polls = 0
+
+    def produce(self, topic, value, key, on_delivery, **extra) -> None:
+        if self.full:
+            self.full -= 1
+            raise BufferError("Local: Queue full")
+        self.records.append((topic, value, key, extra))
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        return 0
 
 
-def produce(cluster: FakeCluster, stdin: bytes, *extra: str) -> int:
-    args = build_parser().parse_args(["produce", "--bootstrap", cluster.bootstrap, "--topic", TOPIC, *extra])
-    return cli_client.run_produce(args, stdin=io.BytesIO(stdin))
+def send(
+    stdin: bytes, *extra: str, producer: RecordingProducer | None = None
+) -> tuple[int, RecordingProducer]:
+    args = build_parser().parse_args(["produce", "--bootstrap", "127.0.0.1:1", "--topic", "t", *extra])
+    producer = producer or RecordingProducer()
+    report = cli_client._DeliveryReport()
+    progress = cli_client._Progress(0, str)
+    code = cli_client._send_lines(producer, args, io.BytesIO(stdin), args.key_separator and
+                                  args.key_separator.encode(), report, [0], progress)  # fmt: skip
+    return code, producer
 
 
-def consume(cluster: FakeCluster, *extra: str) -> tuple[int, bytes]:
-    args = build_parser().parse_args(["consume", "--bootstrap", cluster.bootstrap, "--topic", TOPIC, *extra])
-    out = io.BytesIO()
-    return cli_client.run_consume(args, stdout=out), out.getvalue()
-
-
-def test_round_trip_with_keys_and_offsets(cluster: FakeCluster) -> None:
-    assert produce(cluster, b"k1:v1\nk2:v2\r\nk1:v3", "--key-separator", ":", "--compression", "zstd") == 0
-    code, out = consume(cluster, "--from-beginning", "--max-messages", "3", "--print-offsets", "--print-key",
-                        "--key-separator", "=")  # fmt: skip
+def test_lines_become_records_split_at_the_key_separator() -> None:
+    code, producer = send(b"k1:v1\nk2:v:2\r\n:empty-key\nk3:", "--key-separator", ":", "--partition", "1")
     assert code == 0
-    lines = sorted(out.decode().splitlines())
-    by_key = {line.split("\t")[1].split("=")[0] for line in lines}
-    assert by_key == {"k1", "k2"}
-    k1 = [line for line in lines if "\tk1=" in line]
-    assert [line.split("=")[1] for line in k1] == ["v1", "v3"], "one key, one partition, in order"
+    assert [(v, k) for _, v, k, _ in producer.records] == [
+        (b"v1", b"k1"), (b"v:2", b"k2"), (b"empty-key", b""), (b"", b"k3")]  # fmt: skip
+    assert {str(extra) for *_, extra in producer.records} == {"{'partition': 1}"}
 
 
-def test_partition_and_offset(cluster: FakeCluster) -> None:
-    assert produce(cluster, b"a\nb\nc\n", "--partition", "1") == 0
-    code, out = consume(cluster, "--partition", "1", "--offset", "1", "--timeout-ms", "500")
-    assert (code, out) == (0, b"b\nc\n")
+def test_a_line_without_the_separator_stops_sending(capsys) -> None:
+    code, producer = send(b"k:v\nno-separator\nk:later\n", "--key-separator", ":")
+    assert code == cli_client.EXIT_USAGE
+    assert [v for _, v, _, _ in producer.records] == [b"v"]
+    assert "line 2 has no key separator" in capsys.readouterr().err
 
 
-def test_without_from_beginning_only_new_records_are_read(cluster: FakeCluster) -> None:
-    assert produce(cluster, b"old\n", "--partition", "0") == 0
-    code, out = consume(cluster, "--partition", "0", "--timeout-ms", "300")
-    assert (code, out) == (0, b"")
+def test_a_full_queue_is_drained_and_the_record_sent_again() -> None:
+    code, producer = send(b"a\nb\n", producer=RecordingProducer(full=3))
+    assert code == 0 and [v for _, v, _, _ in producer.records] == [b"a", b"b"]
+    assert producer.polls >= 3
+
+
+def test_delivery_report_counts_and_names_kafka_errors(capsys) -> None:
+    class Err:
+        def code(self) -> int:
+            return 10
+
+        def name(self) -> str:
+            return "MSG_SIZE_TOO_LARGE"
+
+        def str(self) -> str:
+            return "Broker: Message size too large"
+
+    report = cli_client._DeliveryReport()
+    report.for_line(1)(None, object())
+    report.for_line(2)(Err(), object())
+    assert (report.acknowledged, report.failed) == (1, 1)
+    assert "line 2: MESSAGE_TOO_LARGE (10): Broker: Message size too large" in capsys.readouterr().err
+
+
+def test_error_names_are_kafkas_for_broker_codes_and_librdkafkas_for_local_ones() -> None:
+    assert error_name(3, "UNKNOWN_TOPIC_OR_PART") == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert error_name(-192, "_MSG_TIMED_OUT") == "_MSG_TIMED_OUT"
+
+
+def test_consumer_properties_translate_java_names() -> None:
+    settings, batch = cli_client.consumer_properties(
+        ["session.timeout.ms=6000", "fetch.max.wait.ms=50", "max.poll.records=7",
+         "partition.assignment.strategy=roundrobin"])  # fmt: skip
+    assert settings == {"session.timeout.ms": "6000", "fetch.wait.max.ms": "50",
+                        "partition.assignment.strategy": "roundrobin"}  # fmt: skip
+    assert batch == 7
+
+
+def test_progress_line_at_the_interval(capsys, monkeypatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(cli_client.time, "monotonic", lambda: now[0])
+    progress = cli_client._Progress(10_000, lambda s: f"after {s:.0f} s")
+    progress.tick()
+    now[0] = 111.0
+    progress.tick()
+    progress.tick()
+    assert capsys.readouterr().err.splitlines() == ["after 11 s"]
 
 
 @pytest.mark.parametrize(
-    ("command", "extra", "stdin"),
+    ("argv", "message"),
     [
-        ("produce", ["--key-separator", ":"], b"k:v\nno-separator\n"),
-        ("consume", ["--offset", "3"], b""),
-        ("consume", ["--partition", "9"], b""),
-        ("consume", ["--partition", "0", "--offset", "x"], b""),
+        (["consume", "--topic", "t", "--offset", "3"], "--offset needs --partition"),
+        (["consume", "--topic", "t", "--group", "g", "--partition", "0"], "--group gets its partitions"),
+        (["consume", "--topic", "t", "--consumer-property", "session.timeout.ms=100"], "give --group too"),
+        (["consume", "--topic", "t", "--group", "g", "--consumer-property", "nope"], "expected KEY=VALUE"),
+        (["consume", "--topic", "t", "--group", "g", "--consumer-property", "nope=1"],
+         "No such configuration property"),
+        (["consume", "--topic", "t", "--group", "g", "--consumer-property", "session.timeout.ms=soon"],
+         "Invalid value"),
+        (["consume", "--topic", "t", "--group", "g", "--consumer-property", "max.poll.records=x"],
+         "not a valid value"),
     ],
-    ids=["missing-separator", "offset-without-partition", "no-such-partition", "bad-offset"],
+    ids=["offset-without-partition", "group-and-partition", "property-without-group", "not-key-value",
+         "unknown-property", "bad-value", "bad-max-poll-records"],
 )
-def test_usage_errors_exit_2(cluster: FakeCluster, command: str, extra: list[str], stdin: bytes) -> None:
-    if command == "produce":
-        assert produce(cluster, stdin, *extra) == cli_client.EXIT_USAGE
-    else:
-        assert consume(cluster, *extra)[0] == cli_client.EXIT_USAGE
+def test_consume_usage_errors_exit_2(argv: list[str], message: str, capsys) -> None:
+    args = build_parser().parse_args([*argv, "--bootstrap", "127.0.0.1:1"])
+    assert cli_client.run_consume(args, stdout=io.BytesIO()) == cli_client.EXIT_USAGE
+    assert message in capsys.readouterr().err
 
+
+@pytest.mark.parametrize("command", ["produce", "consume"])
+def test_no_bootstrap_names_the_kafka_listener(command: str, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP", raising=False)
+    args = build_parser().parse_args([command, "--topic", "t", "--bootstrap", ""])
+    run = cli_client.run_produce if command == "produce" else cli_client.run_consume
+    assert run(args) == cli_client.EXIT_USAGE
+    assert "Kafka listener" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """``pykraft groups``: the plans and refusals of kafka-consumer-groups.sh, against a fake admin.
 
-The fake stands in for ``AdminClient`` (the CLI's actions take it as their first argument); the real
-GroupService is exercised by tests/e2e/test_groups_cli.py.
+The fake stands in for ``KafkaGroupAdmin`` (the CLI's actions take it as their first argument); the
+real one (confluent-kafka's Admin API against a cluster) is exercised by tests/e2e/test_groups_cli.py.
 """
 
 from __future__ import annotations
@@ -11,36 +11,28 @@ import json
 
 import pytest
 
-from proto import errors, group_pb2
+from proto import errors
 from proto.errors import ErrorCode
 from pykraft import cli_groups
 from pykraft.cli import build_parser
 from pykraft.cli_admin import UsageError
-from pykraft.group_admin import (
+from pykraft.cli_kafka import (
+    ClientError,
     ConsumerGroupDescription,
     GroupListing,
     MemberDescription,
-    OffsetAndMetadata,
-    member_partitions,
-    member_topics,
+    TopicPartition,
+    TopicPartitions,
 )
-from pykraft.types import TopicPartition
 
 T0, T1, T2 = (TopicPartition("orders", p) for p in range(3))
-
-
-class FakeTopic:
-    def __init__(self, name: str, partitions: int, error: errors.KafkaError | None = None) -> None:
-        self.name = name
-        self.error = error
-        self.partitions = [argparse.Namespace(partition=p) for p in range(partitions)]
 
 
 class FakeAdmin:
     def __init__(self, state: str = "Empty", members: tuple[MemberDescription, ...] = ()) -> None:
         self.state = state
         self.members = members
-        self.committed = {T0: OffsetAndMetadata(5), T1: OffsetAndMetadata(40)}
+        self.committed = {T0: 5, T1: 40}
         self.earliest = {T0: 2, T1: 0, T2: 0}
         self.latest = {T0: 10, T1: 50, T2: 7}
         self.by_time = {T0: 3, T1: 45, T2: 7}
@@ -48,7 +40,7 @@ class FakeAdmin:
         self.deleted: list[str] = []
 
     def describe_consumer_group(self, group: str) -> ConsumerGroupDescription:
-        return ConsumerGroupDescription(group, self.state, "consumer", "range", 4, 101, self.members)
+        return ConsumerGroupDescription(group, self.state, "range", 101, self.members)
 
     def list_consumer_group_offsets(self, group: str) -> dict:
         return dict(self.committed)
@@ -58,8 +50,8 @@ class FakeAdmin:
         return {tp: table[tp] for tp in partitions}
 
     def describe_topics(self, names):
-        return [FakeTopic(n, 3) if n == "orders" else FakeTopic(n, 0, errors.error_for(3, "no such topic"))
-                for n in names]
+        return [TopicPartitions(n, (0, 1, 2)) if n == "orders"
+                else TopicPartitions(n, (), errors.error_for(3, "no such topic")) for n in names]
 
     def alter_consumer_group_offsets(self, group: str, offsets: dict) -> None:
         self.altered.append((group, dict(offsets)))
@@ -69,8 +61,9 @@ class FakeAdmin:
 
     def delete_consumer_groups(self, groups):
         self.deleted += groups
-        return {g: (errors.error_for(ErrorCode.NON_EMPTY_GROUP, "has members") if g == "busy" else None)
-                for g in groups}
+        failures = {"busy": errors.error_for(ErrorCode.NON_EMPTY_GROUP, "has members"),
+                    "far": ClientError("_TIMED_OUT (-185): Local: Timed out")}
+        return {g: failures.get(g) for g in groups}
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -155,7 +148,7 @@ def test_all_topics_without_commits_asks_for_topics():
 
 
 def test_describe_shows_current_offset_hw_lag_and_owner(capsys):
-    member = MemberDescription("m-1", None, "cli", "/127.0.0.1", (T0, T2), ("orders",))
+    member = MemberDescription("m-1", None, "cli", "/127.0.0.1", (T0, T2))
     assert run(FakeAdmin(state="Stable", members=(member,)), "describe", "g") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
@@ -167,7 +160,7 @@ def test_describe_shows_current_offset_hw_lag_and_owner(capsys):
 
 
 def test_describe_members_and_state_views(capsys):
-    member = MemberDescription("m-1", "static-1", "cli", "/127.0.0.1", (T0,), ("orders",))
+    member = MemberDescription("m-1", "static-1", "cli", "/127.0.0.1", (T0,))
     admin = FakeAdmin(state="Stable", members=(member,))
     assert run(admin, "describe", "--group", "g", "--members") == 0
     out = capsys.readouterr().out
@@ -175,6 +168,9 @@ def test_describe_members_and_state_views(capsys):
     assert run(admin, "describe", "g", "--state", "--json") == 0
     state = json.loads(capsys.readouterr().out)
     assert state["state"] == "Stable" and state["assignor"] == "range" and state["coordinator"] == 101
+    assert run(admin, "describe", "g", "--members", "--json") == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert shown["assignment"] == [{"topic": "orders", "partition": 0}]
 
 
 def test_describe_of_a_dead_group_says_it_does_not_exist(capsys):
@@ -189,15 +185,7 @@ def test_list_and_delete(capsys):
     assert run(admin, "delete", "a", "busy") == 1
     captured = capsys.readouterr()
     assert "('a') was successful" in captured.out and "NON_EMPTY_GROUP (68)" in captured.err
+    assert run(admin, "delete", "far") == 1
+    assert "deleting group 'far' failed: _TIMED_OUT (-185)" in capsys.readouterr().err
     with pytest.raises(UsageError):
         run(admin, "delete")
-
-
-def test_consumer_protocol_bytes_decode_for_describe():
-    assignment = group_pb2.ConsumerProtocolAssignment(
-        assigned_partitions=[group_pb2.TopicPartitions(topic="orders", partitions=[2, 0])]
-    ).SerializeToString()
-    subscription = group_pb2.ConsumerProtocolSubscription(topics=["orders", "audit"]).SerializeToString()
-    assert member_partitions(assignment) == (T0, T2)
-    assert member_partitions(b"") == ()
-    assert member_topics(subscription) == ("orders", "audit")
