@@ -310,8 +310,8 @@ def run_consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int
     previous = _stop_on_sigterm() if args.group is not None else None
     try:
         if args.group is not None:
-            consumer.subscribe([args.topic], on_assign=_report("Assigned"), on_revoke=_report("Revoked"),
-                               on_lost=_report("Lost"))  # fmt: skip
+            # Lost partitions (the session expired) are reported as revoked, as Kafka's listener does.
+            consumer.subscribe([args.topic], on_assign=_report("Assigned"), on_revoke=_report("Revoked"))
         else:
             _assign(consumer, args)
         count = _print_records(consumer, args, out, batch)

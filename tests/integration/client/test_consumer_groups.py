@@ -55,7 +55,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
 
 
 class ConsumerProcess:
-    """``pykraft consume --group`` as a child process; its output is read by two threads."""
+    """``pykraft consume --group`` as a child process (confluent-kafka: ``bootstrap`` is the Kafka
+    bootstrap); its output is read by two threads."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, **properties: str) -> None:
         props = {**MEMBER_PROPERTIES, **properties}
@@ -97,7 +98,9 @@ class ConsumerProcess:
             with self.lock:
                 self.stderr.append(line)
                 kind, _, names = line.partition(": ")
-                partitions = {int(n.rsplit("-", 1)[1]) for n in names.split()} if names else set()
+                if kind not in ("Assigned", "Revoked"):
+                    continue  # a warning, the summary
+                partitions = {int(n.rsplit("-", 1)[1]) for n in names.split()}
                 if kind == "Assigned":
                     self.owned |= partitions
                     self.rebalance_lines += 1
@@ -191,9 +194,8 @@ def test_three_members_share_six_partitions_and_survive_a_sigkill(
 ) -> None:
     """Each of 6 partitions owned by exactly one of 3 members; SIGKILL one -> its partitions are owned
     by the 2 others within the session timeout (plus a rebalance)."""
-    bootstrap = cluster.cluster.bootstrap
     cluster.create_topic("six", partitions=6)
-    processes += [ConsumerProcess(bootstrap, "six", "g-six") for _ in range(3)]
+    processes += [ConsumerProcess(cluster.cluster.kafka_bootstrap, "six", "g-six") for _ in range(3)]
     wait_split(processes, 6, "a 3-way split of 6 partitions")
     assert sorted(len(m.assignment()) for m in processes) == [2, 2, 2]
     victim = processes[0]
@@ -213,13 +215,13 @@ def test_at_least_once_across_a_consumer_crash(
     cluster.create_topic(topic, partitions=partitions)
     values = [b"v-%d" % i for i in range(total)]
     produce(bootstrap, topic, values, partitions)
-    first = ConsumerProcess(bootstrap, topic, group, **{"max.poll.records": "7"})
+    first = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **{"max.poll.records": "7"})
     processes.append(first)
     until(lambda: len(first.printed()) >= total // 3, "the first member printing a third of the records")
     first.kill()
     printed_before = first.printed()
     at_crash = committed(bootstrap, group, topic, partitions)
-    second = ConsumerProcess(bootstrap, topic, group)
+    second = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group)
     processes.append(second)
     until(lambda: len({r[2] for r in printed_before + second.printed()}) == total, "every record printed")
     seen = {r[2] for r in printed_before + second.printed()}
@@ -248,7 +250,7 @@ def test_committed_offsets_survive_a_coordinator_sigkill(
     topic, group, partitions = "resume", "g-resume", 4
     cluster.create_topic(topic, partitions=partitions, min_insync_replicas="1")
     produce(bootstrap, topic, [b"a-%d" % i for i in range(400)], partitions)
-    processes += [ConsumerProcess(bootstrap, topic, group) for _ in range(2)]
+    processes += [ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group) for _ in range(2)]
     until(lambda: sum(len(m.printed()) for m in processes) >= 400, "the first 400 records printed")
     until(lambda: committed(bootstrap, group, topic, partitions) == dict.fromkeys(range(partitions), 100),
           "offsets 100 committed on every partition")  # fmt: skip
@@ -282,14 +284,14 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(
     topic, group = "static", "g-static"
     cluster.create_topic(topic, partitions=4)
     slow = {"session.timeout.ms": "15000"}
-    a = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "a", **slow})
-    b = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "b", **slow})
+    a = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **{"group.instance.id": "a", **slow})
+    b = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **{"group.instance.id": "b", **slow})
     processes += [a, b]
     took_s = wait_split([a, b], 4, "a 2-way split")
     before, b_lines = a.assignment(), b.rebalance_lines
     a.kill()
     started = time.monotonic()
-    a2 = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "a", **slow})
+    a2 = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **{"group.instance.id": "a", **slow})
     processes.append(a2)
     until(lambda: a2.assignment() == before, "the restarted static member's partitions")
     restart_s = time.monotonic() - started
@@ -305,14 +307,13 @@ def test_cooperative_sticky_moves_only_what_it_must(
     """KIP-429 on real brokers: with cooperative-sticky, a member joining a 2-member group over 6
     partitions makes the others revoke just the partitions it gets (one each), never all of theirs,
     and the newcomer gets them in the follow-up rebalance."""
-    bootstrap = cluster.cluster.bootstrap
     topic, group = "coop", "g-coop"
     cluster.create_topic(topic, partitions=6)
     coop = {"partition.assignment.strategy": "cooperative-sticky"}
-    processes += [ConsumerProcess(bootstrap, topic, group, **coop) for _ in range(2)]
+    processes += [ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **coop) for _ in range(2)]
     wait_split(processes, 6, "a 2-way split")
     before = [(m.assignment(), len(m.stderr)) for m in processes]
-    processes.append(ConsumerProcess(bootstrap, topic, group, **coop))
+    processes.append(ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **coop))
     wait_split(processes, 6, "a 3-way split")
     for member, (owned, lines_before) in zip(processes[:2], before, strict=True):
         assert len(member.assignment()) == 2 and member.assignment() <= owned, "members keep what they own"
