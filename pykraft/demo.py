@@ -3,9 +3,11 @@
 1. start a local cluster (3 controllers, 3 brokers) on 127.0.0.1, with short failure-detection
    timeouts so the failover below takes seconds;
 2. create a topic over gRPC (3 partitions, replication factor 3, ``min.insync.replicas=2``);
-3. produce records with ``acks=all`` and remember every acknowledged one;
+3. produce records with confluent-kafka (librdkafka) against the brokers' Kafka listeners, ``acks=all``
+   and idempotence on, and remember every acknowledged one;
 4. SIGKILL the broker that leads partition 0 while producing continues; show leadership moving;
-5. read every partition back and check that no acknowledged record was lost or duplicated;
+5. read every partition back with a confluent-kafka consumer, from the log start to the high
+   watermark, and check that no acknowledged record was lost or duplicated;
 6. query the committed records with PySpark (format ``"pykraft"``): a few aggregate rows;
 7. stop the cluster (controlled shutdown, then by pid).
 """
@@ -19,13 +21,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from pykraft.admin import AdminClient
 from pykraft.cli_cluster import wait_ready
+from pykraft.cli_kafka import client_config, console_group_id, describe_error
 from pykraft.cluster import LocalCluster
-from pykraft.consumer import Consumer
-from pykraft.producer import Producer
-from pykraft.types import TopicPartition
 
 TOPIC = "demo-orders"
 PARTITIONS = 3
@@ -64,31 +65,60 @@ def describe_leaders(admin: AdminClient) -> dict[int, int]:
     return {p.partition: p.leader for p in topic.partitions}
 
 
-def produce(producer: Producer, start: int, count: int, acked: dict[bytes, int]) -> None:
-    futures = [(record(i), producer.send(TOPIC, key=record(i)[0], value=record(i)[1]))
-               for i in range(start, start + count)]
-    producer.flush()
-    for (_, value), future in futures:
-        if future.exception() is None:
-            acked[value] = future.result().partition
+def producer_settings() -> dict[str, Any]:
+    return {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "compression.type": "zstd",
+            "message.timeout.ms": 60_000}
 
 
-def read_all(bootstrap: str) -> list:
-    """Every committed record of the topic: from the log start up to each partition's HW."""
-    consumer = Consumer(bootstrap)
+def produce(producer: Any, start: int, count: int, acked: dict[bytes, int]) -> list[str]:
+    """Send records ``start..start+count``; every acknowledged value lands in ``acked`` (value ->
+    partition). Returns the errors of the records that were not acknowledged."""
+    failed: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked[msg.value()] = msg.partition()
+        else:
+            failed.append(describe_error(err))
+
+    for i in range(start, start + count):
+        key, value = record(i)
+        while True:
+            try:
+                producer.produce(TOPIC, value, key, on_delivery=on_delivery)
+                break
+            except BufferError:  # librdkafka's queue is full: serve delivery reports first
+                producer.poll(0.1)
+        producer.poll(0)
+    deadline = time.monotonic() + 120
+    while producer.flush(1.0) > 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(producer)} records still unacknowledged after 120 s")
+    return failed
+
+
+def read_all(bootstrap: str) -> list[bytes]:
+    """The value of every committed record of the topic: from the log start up to each partition's HW."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    settings = {"group.id": console_group_id(), "enable.auto.commit": False}
+    consumer = Consumer(client_config(bootstrap, **settings))
     try:
-        tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        consumer.seek_to_end(*tps)
-        ends = {tp: consumer.position(tp) for tp in tps}  # latest = the high watermark
-        consumer.seek_to_beginning(*tps)
-        records: list = []
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+                for p in range(PARTITIONS)}  # the high watermark: the end of what is committed
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        position = dict.fromkeys(range(PARTITIONS), 0)
+        values: list[bytes] = []
         deadline = time.monotonic() + 60
-        while any(consumer.position(tp) < end for tp, end in ends.items()):
+        while any(position[p] < end for p, end in ends.items()):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading back stalled at {[consumer.position(tp) for tp in tps]}")
-            records.extend(consumer.poll(timeout_ms=500))
-        return records
+                raise TimeoutError(f"reading back stalled at {position} (ends {ends})")
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                if msg.error() is not None or msg.offset() >= ends[msg.partition()]:
+                    continue
+                position[msg.partition()] = msg.offset() + 1
+                values.append(msg.value())
+        return values
     finally:
         consumer.close()
 
@@ -144,27 +174,32 @@ def run(args: argparse.Namespace) -> int:
                                configs={"min.insync.replicas": "2"})
             leaders = describe_leaders(admin)
         acked: dict[bytes, int] = {}
-        with Producer(cluster.bootstrap, acks="all", linger_ms=5, compression_type="zstd") as producer:
-            step(f"Producing {FIRST_RECORDS} records with acks=all")
-            produce(producer, 0, FIRST_RECORDS, acked)
-            print(f"    {len(acked)} acknowledged")
-            victim = cluster.node(f"broker-{leaders[0]}")
-            step(f"SIGKILL {victim.name} (pid {victim.pid}), the leader of partition 0, "
-                 f"and keep producing {DURING_FAILOVER_RECORDS} records")
-            cluster.kill_node(victim)
-            produce(producer, FIRST_RECORDS, DURING_FAILOVER_RECORDS, acked)
-            print(f"    {len(acked)} acknowledged in total")
+        failed: list[str] = []
+        from confluent_kafka import Producer
+
+        producer = Producer(client_config(cluster.kafka_bootstrap, **producer_settings()))
+        step(f"Producing {FIRST_RECORDS} records with confluent-kafka to the Kafka listeners "
+             f"({cluster.kafka_bootstrap}): acks=all, idempotence on")
+        failed += produce(producer, 0, FIRST_RECORDS, acked)
+        print(f"    {len(acked)} acknowledged")
+        victim = cluster.node(f"broker-{leaders[0]}")
+        step(f"SIGKILL {victim.name} (pid {victim.pid}), the leader of partition 0, "
+             f"and keep producing {DURING_FAILOVER_RECORDS} records")
+        cluster.kill_node(victim)
+        failed += produce(producer, FIRST_RECORDS, DURING_FAILOVER_RECORDS, acked)
+        print(f"    {len(acked)} acknowledged in total, {len(failed)} not acknowledged"
+              + (f" (first: {failed[0]})" if failed else ""))
         step("Leadership after the failover (the controller fenced the dead broker and bumped epochs)")
         with AdminClient(cluster.controller_addresses) as admin:
             describe_leaders(admin)
-        step("Reading every partition back from the beginning")
-        records = read_all(cluster.bootstrap)
+        step("Reading every partition back from the beginning with a confluent-kafka consumer")
+        values = read_all(cluster.kafka_bootstrap)
         seen: dict[bytes, int] = {}
-        for r in records:
-            seen[r.value] = seen.get(r.value, 0) + 1
+        for value in values:
+            seen[value] = seen.get(value, 0) + 1
         lost = [v for v in acked if v not in seen]
         duplicated = [v for v, n in seen.items() if n > 1]
-        print(f"    {len(acked)} acknowledged, {len(records)} read back, {len(lost)} lost, "
+        print(f"    {len(acked)} acknowledged, {len(values)} read back, {len(lost)} lost, "
               f"{len(duplicated)} duplicated")
         if not args.skip_spark:
             step("Querying the committed records with PySpark: spark.read.format('pykraft')")

@@ -26,3 +26,7 @@ def test_demo_loses_nothing_and_queries_with_spark() -> None:
     per_partition = [int(n) for n in re.findall(r"partition \d: (\d+) committed records", out)]
     assert sum(per_partition) == 5000, out[-2000:]
     assert "Stopping the cluster" in out
+    # Produced and read back with confluent-kafka; librdkafka's own log lines (a refused connection to
+    # the killed broker, ...) stay off stderr.
+    assert "with confluent-kafka to the Kafka listeners" in out
+    assert "librdkafka" not in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
