@@ -177,7 +177,10 @@ def _check_partitions(client: Any, topic: str, partition: int | None) -> list[in
     try:
         metadata = client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
     except KafkaException as exc:
-        raise _Failed(describe_error(exc)) from None
+        raise _Failed(
+            f"{describe_error(exc)} (is --bootstrap a broker's Kafka listener? `pykraft cluster status` "
+            "lists them in its KAFKA column)"
+        ) from None
     described = metadata.topics.get(topic)
     if described is None or described.error is not None:
         reason = describe_error(described.error) if described is not None else "not in the Metadata answer"
