@@ -32,6 +32,7 @@ from proto.errors import ErrorCode
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP"
 CLIENT_LOG_ENV = "PYKRAFT_CLIENT_LOG_LEVEL"
 CLIENT_LOGGER = "pykraft.librdkafka"
+CLIENT_LOG_HANDLER = "pykraft.librdkafka.stderr"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 NO_OFFSET = -1
 OFFSET_INVALID = -1001  # librdkafka: no committed offset
@@ -69,8 +70,9 @@ def client_logger(level: str = "CRITICAL") -> logging.Logger:
     """The logger given to librdkafka (its ``logger`` setting): stderr, at ``level`` and above."""
     logger = logging.getLogger(CLIENT_LOGGER)
     logger.setLevel(level if level in LOG_LEVELS else "CRITICAL")
-    if not logger.handlers:
+    if not any(h.get_name() == CLIENT_LOG_HANDLER for h in logger.handlers):
         handler = logging.StreamHandler()
+        handler.set_name(CLIENT_LOG_HANDLER)
         handler.setFormatter(logging.Formatter("librdkafka %(levelname)s: %(message)s"))
         logger.addHandler(handler)
         logger.propagate = False
