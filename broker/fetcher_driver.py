@@ -4,23 +4,33 @@
 tp, ...)`` moves a partition to the task that fetches from ``leader_id`` (creating it), and
 ``remove_partition(tp)`` takes it off (a task left with no partitions stops).
 
-Each ``FetcherDriver`` loops (DESIGN.md "Performance shape": ONE outstanding request per leader for
-all the partitions followed there, parked on the leader up to ``replica.fetch.max.wait.ms``):
+Each ``FetcherDriver`` loops (DESIGN.md "Performance shape": ONE connection and ONE outstanding request
+per leader for all the partitions followed there, parked on the leader up to
+``replica.fetch.max.wait.ms``):
 
 1. ``plan = fetcher.build_request(now)``; with nothing ready, sleep until a partition is added or
    the earliest back-off ends (``next_wake_ms``);
-2. send it on the driver's ``ReplicaService.FetchStream`` to the leader (one long-lived bidi stream:
-   no per-call set-up on the path of every acks=all produce) and read the answer; a transport
-   failure, an ended stream or no answer within ``max_wait_ms + request.timeout.ms`` drops the
-   stream (the next request opens a new one, so a late answer is never taken for a later request's)
-   and is ``handle_request_failure`` (the partitions back off ``replica.fetch.backoff.ms``);
+2. send it as a Kafka Fetch (v``FETCH_VERSION``: topic ids, the KIP-903 replica state with this
+   broker's epoch, ``last_fetched_epoch`` for the diverging epoch) on the driver's connection to the
+   leader's Kafka listener (``broker.kafka_client``), through an incremental fetch session (KIP-227,
+   ``broker.fetch_session``: partitions whose fetch state did not change are not listed, and the
+   leader leaves out those with nothing new). A connection failure or no answer within ``max_wait_ms
+   + request.timeout.ms`` closes the connection (the next request opens a new one and a new session,
+   so a late answer is never taken for a later request's) and is ``handle_request_failure`` (the
+   partitions back off ``replica.fetch.backoff.ms``). A session error (the leader evicted the session)
+   is no failure: the next request, at once, is a full one;
 3. ``actions = fetcher.handle_response(...)`` with the local log's view; the replica manager applies
    each action to the log (append, truncate by epoch), then the fetcher learns the new log end
-   (``update_position``). A truncation that made no progress (``TruncateTo.repeated``; the fetcher
-   backs the partition off) is logged once per streak: WARN ``divergence_no_progress``.
+   (``update_position``) and the loop fetches again at once from it. A truncation that made no
+   progress (``TruncateTo.repeated``; the fetcher backs the partition off) is logged once per streak:
+   WARN ``divergence_no_progress``.
 
-The leader's address comes from the metadata image (``address_of``). Not thread-safe: everything runs
-on the broker's event loop.
+OFFSET_OUT_OF_RANGE above the leader's log start means the follower's log is longer than the leader's
+with no epoch to compare: the driver asks the leader's log end with OffsetForLeaderEpoch (the end of
+the current leader epoch, Kafka's ``fetchEpochEndOffsets``) and the fetcher truncates to it.
+
+The leader's address is its endpoint of this broker's Kafka listener name in the metadata image
+(``address_of``). Not thread-safe: everything runs on the broker's event loop.
 """
 
 from __future__ import annotations
@@ -31,28 +41,35 @@ import logging
 import time
 from collections.abc import Callable
 
-import grpc
-
 from broker.divergence import EpochEndOffset
+from broker.fetch_session import FetchSessionHandler, PartitionFetchRequest, SessionRequest
 from broker.fetcher import FetchedPartition, FetcherConfig, FetchRequestPlan, ReplicaFetcher, TruncateTo
+from broker.handlers.context import uuid_of
+from broker.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.replica_manager import TP, ReplicaManager
-from proto import errors, replica_pb2, replica_pb2_grpc
+from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka import messages as m
+from proto.kafka.codec import KafkaDecodeError
 from proto.logfmt import log_event
-from proto.serving import GRPC_OPTIONS
 
 log = logging.getLogger(__name__)
 
+FETCH_VERSION = 15  # KIP-903 replica state (broker epoch), topic ids, diverging epoch
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+NO_OFFSET = -1
+NO_EPOCH = -1
+SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
 
 _BACKGROUND: set[asyncio.Future] = set()  # strong references to fire-and-forget clean-ups
 
 
-class FetchStreamEndedError(Exception):
-    """The leader ended the fetch stream without an answer (e.g. it is shutting down)."""
+class FetchAnswerError(Exception):
+    """The leader answered the whole request with an error (other than a fetch session's)."""
 
 
 # What makes one fetch fail (the partitions back off); anything else is a bug and is logged as one.
-FETCH_FAILURES = (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError, FetchStreamEndedError)
+FETCH_FAILURES = (KafkaConnectionError, TimeoutError, KafkaDecodeError, FetchAnswerError)
 
 
 def monotonic_ms() -> int:
@@ -73,7 +90,7 @@ class FetcherDriver:
         leader_id: int,
         fetcher: ReplicaFetcher,
         manager: ReplicaManager,
-        address_of: Callable[[int], str | None],
+        address_of: Callable[[int], tuple[str, int] | None],
         topic_id_of: Callable[[str], str],
         request_timeout_ms: int,
     ) -> None:
@@ -83,11 +100,10 @@ class FetcherDriver:
         self.address_of = address_of
         self.topic_id_of = topic_id_of
         self.request_timeout_ms = request_timeout_ms
+        self.session = FetchSessionHandler()
         self._wake = asyncio.Event()
-        self._channel: grpc.aio.Channel | None = None
-        self._address: str | None = None
-        self._stub_for_address: replica_pb2_grpc.ReplicaServiceStub | None = None
-        self._stream: grpc.aio.StreamStreamCall | None = None
+        self._connection: KafkaConnection | None = None
+        self._address: tuple[str, int] | None = None
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
 
     def wake(self) -> None:
@@ -97,22 +113,29 @@ class FetcherDriver:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        self._close_stream()
-        if self._channel is not None:
-            await self._channel.close()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
 
-    def _stub(self) -> replica_pb2_grpc.ReplicaServiceStub | None:
+    async def _connect(self) -> KafkaConnection | None:
+        """The connection to the leader's Kafka listener (a new one when its address changed)."""
         address = self.address_of(self.leader_id)
         if address is None:
             return None
-        if address != self._address:
-            self._close_stream()
-            if self._channel is not None:
-                _background(self._channel.close())
-            self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        if address != self._address or self._connection is None or self._connection.closed:
+            self._drop_connection()
+            self._connection = await KafkaConnection.open(
+                *address, f"replica-fetcher-{self.fetcher.replica_id}", self.request_timeout_ms / 1000
+            )
             self._address = address
-            self._stub_for_address = replica_pb2_grpc.ReplicaServiceStub(self._channel)
-        return self._stub_for_address
+        return self._connection
+
+    def _drop_connection(self) -> None:
+        """Close the connection; the next request starts a new one with a full fetch (new session)."""
+        connection, self._connection = self._connection, None
+        self.session.reset()
+        if connection is not None:
+            _background(connection.close())
 
     async def _run(self) -> None:
         while True:
@@ -122,6 +145,7 @@ class FetcherDriver:
                 raise
             except Exception:  # a bug must not silently stop replication: log it and back off
                 log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                self._drop_connection()
                 await asyncio.sleep(self.fetcher.config.fetch_backoff_ms / 1000)
 
     async def _step(self) -> None:
@@ -129,18 +153,17 @@ class FetcherDriver:
         if plan is None:
             await self._sleep_until(self.fetcher.next_wake_ms())
             return
-        stub = self._stub()
-        if stub is None:
+        try:
+            answers = await self._fetch(plan)
+        except FETCH_FAILURES as exc:
+            log.info("fetch from leader %d failed: %s", self.leader_id, _describe(exc))
+            self._drop_connection()
+            self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
+            return
+        if answers is None:  # no address yet
             log.info("no address for leader %d yet; backing off", self.leader_id)
             self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
             return
-        try:
-            response = await self._exchange(stub, self._request(plan))
-        except FETCH_FAILURES as exc:
-            log.info("fetch from leader %d failed: %s", self.leader_id, _describe(exc))
-            self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
-            return
-        answers = self._answers(response)
         actions = self.fetcher.handle_response(
             plan.request_id, answers, self.manager.local_view, monotonic_ms()
         )
@@ -172,30 +195,143 @@ class FetcherDriver:
             hint="the same truncation left the log unchanged; fetching again after each back-off",
         )  # fmt: skip
 
-    async def _exchange(
-        self, stub: replica_pb2_grpc.ReplicaServiceStub, request: replica_pb2.ReplicaFetchRequest
-    ) -> replica_pb2.ReplicaFetchResponse:
-        """Write ``request`` on the stream to the leader (opened on first use) and read its answer."""
+    async def _fetch(self, plan: FetchRequestPlan) -> dict[TP, FetchedPartition] | None:
+        """One Fetch round trip for ``plan``: the answers by partition (only those the leader sent),
+        or None while the leader has no address. A session error yields no answers: every partition
+        is fetched again at once, in a full request."""
+        connection = await self._connect()
+        if connection is None:
+            return None
+        wanted = {
+            part.topic_partition: PartitionFetchRequest(
+                part.fetch_offset,
+                part.current_leader_epoch,
+                NO_EPOCH if part.last_fetched_epoch is None else part.last_fetched_epoch,
+                self.fetcher.config.partition_max_bytes,
+                self.topic_id_of(part.topic_partition[0]),
+            )
+            for part in plan.partitions
+        }
+        session = self.session.build(wanted)
         timeout_s = (self.fetcher.config.max_wait_ms + self.request_timeout_ms) / 1000
-        if self._stream is None:
-            self._stream = stub.FetchStream()
-        stream = self._stream
-        try:
-            async with asyncio.timeout(timeout_s):
-                await stream.write(request)
-                response = await stream.read()
-        except BaseException:  # failed, timed out or cancelled: the stream's state is unknown
-            self._close_stream()
-            raise
-        if response is grpc.aio.EOF:
-            self._close_stream()
-            raise FetchStreamEndedError(f"leader {self.leader_id} ended the fetch stream")
-        return response
+        response = await connection.request(self._request(plan, session), FETCH_VERSION, timeout_s)
+        code = ErrorCode(response.error_code)
+        if not self.session.handle_response(code, response.session_id):
+            if code in SESSION_ERRORS or code == ErrorCode.NONE:
+                log.info(
+                    "fetch session with leader %d reset (%s): fetching in full", self.leader_id, code.name
+                )
+                return {}
+            raise FetchAnswerError(f"the leader answered {code.name}")
+        answers = self._answers(response)
+        await self._leader_log_ends(connection, plan, answers, timeout_s)
+        return answers
 
-    def _close_stream(self) -> None:
-        if self._stream is not None:
-            self._stream.cancel()
-            self._stream = None
+    def _request(self, plan: FetchRequestPlan, session: SessionRequest) -> m.FetchRequest:
+        config = self.fetcher.config
+        topics: dict[str, m.FetchRequestFetchTopic] = {}
+        for (name, index), state in session.partitions.items():
+            topic = topics.get(name)
+            if topic is None:
+                topic = topics[name] = m.FetchRequestFetchTopic(
+                    topic_id=uuid_of(state.topic_id), partitions=[]
+                )
+            topic.partitions.append(
+                m.FetchRequestFetchPartition(
+                    partition=index,
+                    current_leader_epoch=state.current_leader_epoch,
+                    fetch_offset=state.fetch_offset,
+                    last_fetched_epoch=state.last_fetched_epoch,
+                    partition_max_bytes=state.partition_max_bytes,
+                )
+            )
+        forgotten: dict[str, list[int]] = {}
+        for name, index in session.forgotten:
+            forgotten.setdefault(name, []).append(index)
+        return m.FetchRequest(
+            replica_state=m.FetchRequestReplicaState(
+                replica_id=plan.replica_id, replica_epoch=plan.broker_epoch
+            ),
+            max_wait_ms=config.max_wait_ms, min_bytes=config.min_bytes, max_bytes=config.max_bytes,
+            session_id=session.session_id, session_epoch=session.session_epoch, topics=list(topics.values()),
+            forgotten_topics_data=[
+                m.FetchRequestForgottenTopic(topic_id=uuid_of(self.topic_id_of(name)), partitions=indexes)
+                for name, indexes in forgotten.items()
+            ],
+        )  # fmt: skip
+
+    def _answers(self, response: m.FetchResponse) -> dict[TP, FetchedPartition]:
+        names = {uuid_of(self.topic_id_of(name)): name for name in self._followed_topics()}
+        answers = {}
+        for topic in response.responses:
+            name = names.get(topic.topic_id)
+            if name is None:  # a topic no longer followed (or an id this broker does not know yet)
+                continue
+            for p in topic.partitions:
+                diverging = None
+                if p.diverging_epoch.epoch >= 0:
+                    diverging = EpochEndOffset(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+                answers[(name, p.partition_index)] = FetchedPartition(
+                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, NO_OFFSET, diverging,
+                    p.records if p.records is not None else b"",
+                )  # fmt: skip
+        return answers
+
+    def _followed_topics(self) -> set[str]:
+        return {name for name, _ in self.fetcher.partitions()}
+
+    async def _leader_log_ends(
+        self,
+        connection: KafkaConnection,
+        plan: FetchRequestPlan,
+        answers: dict[TP, FetchedPartition],
+        timeout_s: float,
+    ) -> None:
+        """Fill the leader's log end offset into OFFSET_OUT_OF_RANGE answers above its log start."""
+        fetch_offsets = {part.topic_partition: part for part in plan.partitions}
+        asked = [
+            tp for tp, a in answers.items()
+            if a.error == ErrorCode.OFFSET_OUT_OF_RANGE and tp in fetch_offsets
+            and fetch_offsets[tp].fetch_offset >= a.log_start_offset
+        ]  # fmt: skip
+        if not asked:
+            return
+        topics: dict[str, list[m.OffsetForLeaderEpochRequestOffsetForLeaderPartition]] = {}
+        for name, index in asked:
+            epoch = fetch_offsets[(name, index)].current_leader_epoch
+            topics.setdefault(name, []).append(
+                m.OffsetForLeaderEpochRequestOffsetForLeaderPartition(
+                    partition=index, current_leader_epoch=epoch, leader_epoch=epoch
+                )
+            )
+        request = m.OffsetForLeaderEpochRequest(
+            replica_id=plan.replica_id,
+            topics=[
+                m.OffsetForLeaderEpochRequestOffsetForLeaderTopic(topic=t, partitions=ps)
+                for t, ps in topics.items()
+            ],
+        )
+        response = await connection.request(request, OFFSET_FOR_LEADER_EPOCH_VERSION, timeout_s)
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = (topic.topic, p.partition)
+                if tp in answers and p.error_code == ErrorCode.NONE and p.end_offset >= 0:
+                    a = answers[tp]
+                    answers[tp] = FetchedPartition(
+                        a.error,
+                        a.high_watermark,
+                        a.log_start_offset,
+                        p.end_offset,
+                        a.diverging_epoch,
+                        a.records,
+                    )
+                elif tp in answers:  # no usable end: back the partition off like any other error
+                    a = answers[tp]
+                    answers[tp] = FetchedPartition(
+                        ErrorCode(p.error_code or ErrorCode.UNKNOWN_SERVER_ERROR), a.high_watermark,
+                        a.log_start_offset, NO_OFFSET, None, b"",
+                        "OffsetForLeaderEpoch gave no log end offset",
+                    )  # fmt: skip
 
     async def _sleep_until(self, wake_ms: int | None) -> None:
         self._wake.clear()
@@ -206,49 +342,8 @@ class FetcherDriver:
             async with asyncio.timeout(timeout):
                 await self._wake.wait()
 
-    def _request(self, plan: FetchRequestPlan) -> replica_pb2.ReplicaFetchRequest:
-        config = self.fetcher.config
-        request = replica_pb2.ReplicaFetchRequest(
-            replica_id=plan.replica_id,
-            broker_epoch=plan.broker_epoch,
-            max_wait_ms=config.max_wait_ms,
-            min_bytes=config.min_bytes,
-            max_bytes=config.max_bytes,
-        )
-        topics: dict[str, replica_pb2.ReplicaFetchTopic] = {}
-        for part in plan.partitions:
-            name, index = part.topic_partition
-            topic = topics.get(name)
-            if topic is None:
-                topic = topics[name] = request.topics.add(name=name, topic_id=self.topic_id_of(name))
-            entry = topic.partitions.add(
-                partition=index,
-                current_leader_epoch=part.current_leader_epoch,
-                fetch_offset=part.fetch_offset,
-                partition_max_bytes=config.partition_max_bytes,
-            )
-            if part.last_fetched_epoch is not None:
-                entry.last_fetched_epoch = part.last_fetched_epoch
-        return request
-
-    @staticmethod
-    def _answers(response: replica_pb2.ReplicaFetchResponse) -> dict[TP, FetchedPartition]:
-        answers = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                diverging = None
-                if p.HasField("diverging_epoch"):
-                    diverging = EpochEndOffset(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
-                answers[(topic.name, p.partition)] = FetchedPartition(
-                    ErrorCode(p.error.code), p.high_watermark, p.log_start_offset, p.log_end_offset,
-                    diverging, p.records, p.error.message,
-                )  # fmt: skip
-        return answers
-
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name} {exc.details()}"
     if isinstance(exc, TimeoutError):
         return "no answer before the request timeout"
     return str(exc) or type(exc).__name__
@@ -261,7 +356,7 @@ class FetcherManager:
         self,
         broker_id: int,
         config: FetcherConfig,
-        address_of: Callable[[int], str | None],
+        address_of: Callable[[int], tuple[str, int] | None],
         topic_id_of: Callable[[str], str],
         request_timeout_ms: int,
     ) -> None:

@@ -882,7 +882,8 @@ class ReplicaManager:
 
     def _stale_broker_epoch(self, replica_id: int, broker_epoch: int) -> PartitionError | None:
         broker = self.image.brokers.get(replica_id)
-        if broker is not None and broker_epoch < broker.broker_epoch:
+        # NO_EPOCH: a Fetch below v15 carries no broker epoch (KIP-903), so there is nothing to check
+        if broker is not None and broker_epoch != NO_EPOCH and broker_epoch < broker.broker_epoch:
             return PartitionError(
                 ErrorCode.STALE_BROKER_EPOCH,
                 f"broker {replica_id} fetched with broker epoch {broker_epoch}, older than the registered "

@@ -201,7 +201,7 @@ class BrokerNode:
                 partition_max_bytes=settings.replica_fetch_max_bytes,
                 fetch_backoff_ms=settings.replica_fetch_backoff_ms,
             ),
-            self.address_of,
+            self.kafka_address_of,
             lambda name: self.image.topic_ids.get(name, ""),
             settings.request_timeout_ms,
         )
@@ -255,6 +255,19 @@ class BrokerNode:
             return None
         endpoint = broker.endpoints[0]
         return f"{endpoint.host}:{endpoint.port}"
+
+    def kafka_address_of(self, broker_id: int) -> tuple[str, int] | None:
+        """A broker's Kafka endpoint for replication: the one named like this broker's first Kafka
+        listener (Kafka's inter-broker listener), else its first Kafka endpoint."""
+        broker = self.image.brokers.get(broker_id)
+        if broker is None:
+            return None
+        kafka = [e for e in broker.endpoints if e.name != GRPC_LISTENER]
+        if not kafka:
+            return None
+        name = self.config.kafka_listeners[0].name if self.config.kafka_listeners else None
+        endpoint = next((e for e in kafka if e.name == name), kafka[0])
+        return endpoint.host, endpoint.port
 
     # ---- lifecycle ------------------------------------------------------------------------------
 

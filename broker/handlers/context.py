@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from broker.fetch_session import FetchSessionCache
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from proto.kafka.api import RequestHeader
@@ -40,6 +42,10 @@ class BrokerServices:
     groups: Any = None  # broker.group_service.GroupDriver, for the group APIs
     offsets_topic: Any = None  # broker.group_service.OffsetsTopic, for FindCoordinator
     forward_admin: Callable[[str, Any], Awaitable[Any]] | None = None  # admin calls to the controller
+    # Followers' incremental fetch sessions (KIP-227); session ids need not be reproducible here.
+    fetch_sessions: FetchSessionCache = dataclasses.field(
+        default_factory=lambda: FetchSessionCache(random.Random())
+    )
 
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]

@@ -13,9 +13,8 @@ requests again. A request naming a session (id != 0) gets FETCH_SESSION_ID_NOT_F
 client start over without one. Until transactions exist the last stable offset is the HW and
 ``aborted_transactions`` is empty (read_committed reads what read_uncommitted does);
 ``preferred_read_replica`` is -1 (no rack-aware follower fetching). Topic ids replace names from v13
-(an unknown id gets UNKNOWN_TOPIC_ID). Fetches from a follower (``replica_id`` >= 0) are the replica
-fetcher's business and move onto this protocol in issue 16; until then such a request closes the
-connection with a log line (no pykraft follower sends one yet).
+(an unknown id gets UNKNOWN_TOPIC_ID). A fetch from a follower broker (``replica_id`` >= 0, or the
+``replica_state`` of v15+) is replication: ``broker.handlers.replica_fetch`` answers it.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from collections.abc import Awaitable
 
 from broker.handlers.context import BrokerServices, RequestContext, topic_id_of
 from broker.handlers.metadata import current_leader, live_brokers
-from broker.network import Close
+from broker.handlers.replica_fetch import handle_replica_fetch, replica_of
 from broker.replica_manager import TP, FetchRequestPartition, FetchResult
 from metadata.image import MetadataImage
 from metadata.records import NO_LEADER
@@ -49,11 +48,9 @@ ZSTD_VERSION = 10  # KIP-110: older consumers get UNSUPPORTED_COMPRESSION_TYPE i
 
 def handle_fetch(
     services: BrokerServices, context: RequestContext, request: m.FetchRequest
-) -> m.FetchResponse | Awaitable[m.FetchResponse] | Close:
-    replica_id = request.replica_id if context.version < 15 else request.replica_state.replica_id
-    if replica_id not in CONSUMER_REPLICA_IDS:
-        return Close(f"Fetch from replica {replica_id}: follower fetching over the Kafka protocol is not "
-                     "served yet (followers use the gRPC ReplicaService)")  # fmt: skip
+) -> m.FetchResponse | Awaitable[m.FetchResponse]:
+    if replica_of(context, request)[0] not in CONSUMER_REPLICA_IDS:
+        return handle_replica_fetch(services, context, request)
     if request.session_id != NO_SESSION:
         return m.FetchResponse(
             throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=NO_SESSION

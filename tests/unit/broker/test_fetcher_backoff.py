@@ -1,24 +1,26 @@
 """An answer the follower cannot apply (a storage error, a refused append), or a truncation that makes
 no progress, is fetched again only after ``replica.fetch.backoff.ms`` — Kafka's delayPartitions.
 Without the back-off the leader answers the same bytes at once and both brokers spin (a review found
-~1,000 rounds/s). A real gRPC leader on 127.0.0.1 serves the FetchStream; the follower's log always
-refuses the append, or never changes when truncated."""
+~1,000 rounds/s). A fake leader on 127.0.0.1 answers Kafka Fetch requests (the replica fetcher's
+protocol); the follower's log always refuses the append, or never changes when truncated."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-
-import grpc
+import struct
+from collections.abc import Callable
 
 from broker.divergence import EpochEntry
 from broker.fetcher import FetcherConfig, LocalLogView, TruncateTo
 from broker.fetcher_driver import FetcherManager
-from proto import errors, replica_pb2, replica_pb2_grpc
+from proto import errors
+from proto.kafka import messages as m
+from proto.kafka.api import encode_response, parse_request
 from proto.logfmt import LogfmtFormatter
-from proto.serving import GRPC_OPTIONS
 
 TP = ("t", 0)
+TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 BACKOFF_MS = 100
 RUN_S = 1.0
 
@@ -38,39 +40,57 @@ class RefusingLog:
         return (0, None)
 
 
-class Leader(replica_pb2_grpc.ReplicaServiceServicer):
-    def __init__(self) -> None:
+class FakeLeader:
+    """Answers every Fetch at once (sessionless) with ``partition()`` for each requested partition."""
+
+    def __init__(self, partition: Callable[[int], m.FetchResponsePartitionData]) -> None:
+        self.partition = partition
         self.requests = 0
+        self.writers: list[asyncio.StreamWriter] = []
 
-    async def FetchStream(self, request_iterator, context):
-        async for _request in request_iterator:
-            self.requests += 1
-            response = replica_pb2.ReplicaFetchResponse()
-            partition = response.topics.add(name="t").partitions.add(partition=0)
-            partition.high_watermark = partition.log_end_offset = 1
-            partition.records = b"x" * 100
-            yield response
-
-
-def test_an_unappliable_answer_is_refetched_after_the_backoff() -> None:
-    leader, log = Leader(), RefusingLog()
-
-    async def scenario() -> None:
-        server = grpc.aio.server(options=GRPC_OPTIONS)
-        replica_pb2_grpc.add_ReplicaServiceServicer_to_server(leader, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        config = FetcherConfig(max_wait_ms=500, fetch_backoff_ms=BACKOFF_MS)
-        fm = FetcherManager(102, config, lambda _leader: f"127.0.0.1:{port}", lambda _t: "id", 5000)
-        fm.manager = log  # type: ignore[assignment]
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
         try:
-            fm.add_partition(101, TP, 0, None, 0)
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                header, request = parse_request(await reader.readexactly(size))
+                self.requests += 1
+                topics = [
+                    m.FetchResponseFetchableTopicResponse(
+                        topic_id=t.topic_id, partitions=[self.partition(p.partition) for p in t.partitions]
+                    )
+                    for t in request.topics
+                ]
+                body = encode_response(header, m.FetchResponse(responses=topics))
+                writer.write(struct.pack(">i", len(body)) + body)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def run_follower(self, config: FetcherConfig, log, add: Callable[[FetcherManager], None]) -> None:
+        server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        fm = FetcherManager(102, config, lambda _leader: ("127.0.0.1", port), lambda _t: TOPIC_ID, 5000)
+        fm.manager = log
+        try:
+            add(fm)
             await asyncio.sleep(RUN_S)
         finally:
             await fm.stop()
-            await server.stop(grace=0.1)
+            server.close()
+            for writer in self.writers:
+                writer.close()
+                await writer.wait_closed()
+            await server.wait_closed()
 
-    asyncio.run(scenario())
+
+def records_answer(index: int) -> m.FetchResponsePartitionData:
+    return m.FetchResponsePartitionData(partition_index=index, high_watermark=1, records=b"x" * 100)
+
+
+def test_an_unappliable_answer_is_refetched_after_the_backoff() -> None:
+    leader, log = FakeLeader(records_answer), RefusingLog()
+    config = FetcherConfig(max_wait_ms=500, fetch_backoff_ms=BACKOFF_MS)
+    asyncio.run(leader.run_follower(config, log, lambda fm: fm.add_partition(101, TP, 0, None, 0)))
     assert log.applies >= 2, f"the follower retried only {log.applies} time(s) in {RUN_S} s"
     assert leader.requests <= RUN_S * 1000 / BACKOFF_MS + 3, f"{leader.requests} fetch rounds in {RUN_S} s"
 
@@ -92,45 +112,24 @@ class StuckLog:
         return (10, 5)
 
 
-class DivergingLeader(replica_pb2_grpc.ReplicaServiceServicer):
-    """Answers every fetch at once with the same diverging epoch (epoch 0 ends at 10)."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-
-    async def FetchStream(self, request_iterator, context):
-        async for _request in request_iterator:
-            self.requests += 1
-            response = replica_pb2.ReplicaFetchResponse()
-            partition = response.topics.add(name="t").partitions.add(partition=0)
-            partition.high_watermark = partition.log_end_offset = 10
-            partition.diverging_epoch.epoch, partition.diverging_epoch.end_offset = 0, 10
-            yield response
+def diverging_answer(index: int) -> m.FetchResponsePartitionData:
+    """The same diverging epoch every time (epoch 0 ends at 10)."""
+    return m.FetchResponsePartitionData(
+        partition_index=index,
+        high_watermark=10,
+        diverging_epoch=m.FetchResponseEpochEndOffset(0, 10),
+        records=b"",
+    )
 
 
 def test_divergence_without_progress_warns_once_and_backs_off(caplog) -> None:
     """Issue 14, defect 1: the same truncation answer to the same position again is a stall. The
     follower backs off replica.fetch.backoff.ms between rounds (no hot loop) and logs one WARN line
     (logfmt event ``divergence_no_progress``) for the whole streak, not one per round."""
-    leader, log = DivergingLeader(), StuckLog()
-
-    async def scenario() -> None:
-        server = grpc.aio.server(options=GRPC_OPTIONS)
-        replica_pb2_grpc.add_ReplicaServiceServicer_to_server(leader, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        config = FetcherConfig(max_wait_ms=500, fetch_backoff_ms=BACKOFF_MS)
-        fm = FetcherManager(102, config, lambda _leader: f"127.0.0.1:{port}", lambda _t: "id", 5000)
-        fm.manager = log  # type: ignore[assignment]
-        try:
-            fm.add_partition(101, TP, 10, 5, 6)
-            await asyncio.sleep(RUN_S)
-        finally:
-            await fm.stop()
-            await server.stop(grace=0.1)
-
+    leader, log = FakeLeader(diverging_answer), StuckLog()
+    config = FetcherConfig(max_wait_ms=500, fetch_backoff_ms=BACKOFF_MS)
     with caplog.at_level(logging.INFO, logger="broker.fetcher_driver"):
-        asyncio.run(scenario())
+        asyncio.run(leader.run_follower(config, log, lambda fm: fm.add_partition(101, TP, 10, 5, 6)))
     assert log.truncations >= 3, f"the follower retried only {log.truncations} time(s) in {RUN_S} s"
     assert leader.requests <= RUN_S * 1000 / BACKOFF_MS + 3, f"{leader.requests} fetch rounds in {RUN_S} s"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
