@@ -19,7 +19,7 @@ EXIT_ERROR = 2
 
 def main(argv: list[str]) -> int:
     topic = argv[0] if argv else os.environ.get("PYKRAFT_SPARK_TOPIC", "demo")
-    bootstrap = os.environ.get("PYKRAFT_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
+    bootstrap = os.environ.get("PYKRAFT_BOOTSTRAP_SERVERS", "127.0.0.1:29092")
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 

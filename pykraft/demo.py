@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
               f"{len(duplicated)} duplicated")
         if not args.skip_spark:
             step("Querying the committed records with PySpark: spark.read.format('pykraft')")
-            spark_query(cluster.bootstrap)
+            spark_query(cluster.kafka_bootstrap)
         ok = not lost and not duplicated
         step("Done: no acknowledged record was lost." if ok else "FAILED: see the counts above.")
         return 0 if ok else 1

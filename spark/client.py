@@ -1,43 +1,71 @@
-"""The broker client the Spark source uses: Metadata, ListOffsets and Fetch over gRPC (BrokerService).
+"""The broker client the Spark source uses: Metadata, ListOffsets and Fetch over the Kafka protocol.
 
 ``BrokerClient`` is the interface the Data Source depends on (planning on the driver, reading on
-the workers); ``GrpcBrokerClient`` implements it against ``proto/broker.proto``.
+the workers); ``KafkaBrokerClient`` implements it with a small blocking socket client on the brokers'
+Kafka listeners (``bootstrap.servers`` = those listeners, as ``pykraft cluster up`` prints them in
+``KAFKA_BOOTSTRAP``). Requests and responses are encoded by ``proto.kafka.api`` (the generated
+codec); nothing is written by hand. One connection per broker, one request in flight on it, a
+correlation id per request checked against the answer.
 
-Which replica serves a task's fetches: **the partition leader**. A follower's HW trails the leader's
-by up to one fetch round, so a follower would often have to wait until its HW covers the range;
-a follower may also be out of the ISR without knowing it yet, and BrokerService answers consumers
-from the leader only (FetchRequest has no replica id; NOT_LEADER_OR_FOLLOWER otherwise). Reading
-from the leader is still correct across a failover: the new leader comes from the ISR, so it holds
-every record below the HW seen at planning — though its own HW may briefly lag, which the reader
-handles by waiting (``spark.reader``).
+Versions: Metadata v12, ListOffsets v7, Fetch v12 (flexible encodings; topic names, not ids). The
+first request on a connection is ApiVersions v3: a broker that lacks one of them is refused with
+``UnsupportedVersionException`` naming the API, rather than a decode error later.
+
+Committed records only: Fetch and ListOffsets ask for READ_COMMITTED, so the broker answers up to the
+last stable offset, which is the HW while pykraft has no transactions; Fetch answers carry the HW
+that the reader checks its range against.
+
+Which replica serves a task's fetches: the partition leader, unless the leader names a *preferred
+read replica* (Fetch v11+, KIP-392): then the client fetches from that replica (the leader's answer
+carries no records in that case, so the client asks the replica at once, in the same call) until the
+replica answers with any error or cannot be reached — then back to the leader, in the same call.
+A replica serves only records below its own HW, which may trail the leader's; the reader waits.
 
 Leadership changes: a partition error NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
-UNKNOWN_LEADER_EPOCH or LEADER_NOT_AVAILABLE, or an unreachable broker, makes the client refresh
-metadata (from any broker it knows, bootstrap servers last) and retry, with ``retry_interval_ms``
-between attempts; the caller bounds the whole with a deadline. Other errors raise their
-``proto.errors`` exception.
+UNKNOWN_LEADER_EPOCH, LEADER_NOT_AVAILABLE (and the other ``REFRESH_ERRORS``), or an unreachable
+broker, makes the client follow the answer's ``current_leader`` (KIP-951) or refresh metadata (from
+any broker it knows, bootstrap servers last) and retry, with ``retry_interval_ms`` between attempts;
+the caller bounds the whole with a deadline. Other errors raise their ``proto.errors`` exception.
 
-Thread-safety: one client per thread (each Spark task makes its own; gRPC channels are cheap).
+Thread-safety: one client per thread at a time (each Spark task makes its own).
 """
 
 from __future__ import annotations
 
+import itertools
+import socket
+import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-import grpc
-
-from proto import broker_pb2, broker_pb2_grpc, errors
-from proto.serving import GRPC_OPTIONS
+from proto import errors
+from proto.kafka import messages as m
+from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
+from proto.kafka.codec import KafkaDecodeError
 from spark.options import EARLIEST_OFFSET, LATEST_OFFSET, TopicPartition
 
 NO_LEADER = -1
 NO_OFFSET = -1  # ListOffsets' answer when no record has a timestamp >= the one asked
+NO_REPLICA = -1  # Fetch's preferred_read_replica when the leader names none
+CONSUMER_REPLICA_ID = -1
+READ_COMMITTED = 1
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 FETCH_MAX_BYTES = 16 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 200  # long poll when the leader's HW has not reached our range yet
+CLIENT_ID = "pykraft-spark"
+MAX_FRAME_BYTES = 256 * 1024 * 1024  # a bigger size prefix means a broken stream, not an answer
+
+METADATA_VERSION = 12
+LIST_OFFSETS_VERSION = 7
+FETCH_VERSION = 12
+API_VERSIONS_VERSION = 3
+VERSIONS_USED = {
+    ApiKey.METADATA: METADATA_VERSION,
+    ApiKey.LIST_OFFSETS: LIST_OFFSETS_VERSION,
+    ApiKey.FETCH: FETCH_VERSION,
+}
 
 # Errors after which the client re-learns leaders and tries again (OFFSET_NOT_AVAILABLE: a new
 # leader's HW has not caught up with its epoch's start yet).
@@ -54,12 +82,16 @@ REFRESH_ERRORS = frozenset(
     }
 )
 
+_S_SIZE = struct.Struct(">i")
+
 
 @dataclass(frozen=True)
 class FetchResult:
-    """One partition's fetch answer. ``error_code`` is NONE or OFFSET_OUT_OF_RANGE (others raise)."""
+    """One partition's fetch answer. ``error_code`` is NONE or OFFSET_OUT_OF_RANGE (others raise),
+    or a retriable code after which the caller fetches again. ``records`` may be a ``memoryview`` of
+    the response frame (no copy between the socket and the decoder)."""
 
-    records: bytes
+    records: bytes | memoryview
     high_watermark: int
     log_start_offset: int
     error_code: int = errors.ErrorCode.NONE
@@ -74,13 +106,98 @@ class BrokerClient(Protocol):
         timestamp (ms, >= 0) -> the first offset whose timestamp is >= it, or None if there is none."""
 
     def fetch(self, tp: TopicPartition, fetch_offset: int, max_wait_ms: int) -> FetchResult:
-        """Committed batches of ``tp`` from the batch holding ``fetch_offset``, from the leader."""
+        """Committed batches of ``tp`` from the batch holding ``fetch_offset``."""
 
     def close(self) -> None: ...
 
 
-class GrpcBrokerClient:
-    """``BrokerClient`` over gRPC BrokerService. See the module docstring for retry rules."""
+class BrokerConnectionError(Exception):
+    """A connection failed (refused, reset, timed out, or the answer did not decode)."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class BrokerConnection:
+    """One blocking TCP connection to a broker's Kafka listener: a request, then its answer.
+
+    Responses are read into one buffer per frame; decoded ``records`` are views of it.
+    """
+
+    def __init__(self, address: str, timeout_s: float) -> None:
+        host, _, port = address.rpartition(":")
+        self.address = address
+        self._correlation_ids = itertools.count(1)
+        try:
+            self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        except OSError as exc:
+            timed_out = isinstance(exc, TimeoutError)
+            raise BrokerConnectionError(f"connect to {address}: {exc}", timed_out=timed_out) from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._check_versions(timeout_s)
+
+    def _check_versions(self, timeout_s: float) -> None:
+        request = m.ApiVersionsRequest(client_software_name=CLIENT_ID, client_software_version="1")
+        answer = self.send(ApiKey.API_VERSIONS, API_VERSIONS_VERSION, request, timeout_s)
+        if answer.error_code != errors.ErrorCode.NONE:
+            self.close()
+            raise errors.error_for(answer.error_code, f"ApiVersions to {self.address}")
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+        for api_key, version in VERSIONS_USED.items():
+            low, high = ranges.get(api_key, (0, -1))
+            if not low <= version <= high:
+                self.close()
+                raise errors.exception_class(errors.ErrorCode.UNSUPPORTED_VERSION)(
+                    f"broker {self.address} serves {api_key.name} versions {low}-{high}; the Spark source "
+                    f"needs version {version} (is bootstrap.servers a Kafka listener of pykraft >= 0.2?)"
+                )
+
+    def send(self, api_key: int, version: int, request: Any, timeout_s: float) -> Any:
+        correlation_id = next(self._correlation_ids)
+        frame = encode_request(RequestHeader(api_key, version, correlation_id, CLIENT_ID), request)
+        try:
+            self._sock.settimeout(timeout_s)
+            self._sock.sendall(_S_SIZE.pack(len(frame)) + frame)
+            (size,) = _S_SIZE.unpack(self._read_exactly(_S_SIZE.size))
+            if not 0 < size <= MAX_FRAME_BYTES:
+                raise BrokerConnectionError(f"{self.address} sent a frame size of {size} bytes")
+            answer = self._read_exactly(size)
+            got, body = parse_response(api_key, version, answer)
+        except TimeoutError:
+            self.close()
+            message = f"{self.address}: no answer within {timeout_s:.1f} s"
+            raise BrokerConnectionError(message, timed_out=True) from None
+        except BrokerConnectionError:
+            self.close()
+            raise
+        except (OSError, KafkaDecodeError) as exc:
+            self.close()
+            raise BrokerConnectionError(f"{self.address}: {exc}") from None
+        if got != correlation_id:
+            self.close()
+            raise BrokerConnectionError(
+                f"{self.address} answered correlation id {got} to request {correlation_id}"
+            )
+        return body
+
+    def _read_exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:])
+            if k == 0:
+                raise BrokerConnectionError(f"{self.address} closed the connection")
+            got += k
+        return buf
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class KafkaBrokerClient:
+    """``BrokerClient`` over the Kafka protocol. See the module docstring for the rules."""
 
     def __init__(
         self,
@@ -98,50 +215,63 @@ class GrpcBrokerClient:
         self._retry_interval_s = retry_interval_ms / 1000
         self._timeout_s = request_timeout_ms / 1000
         self._sleep = sleep
-        self._channels: dict[str, grpc.Channel] = {}
+        self._connections: dict[str, BrokerConnection] = {}
         self._brokers: dict[int, str] = {}
         self._leaders: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (leader_id, leader_epoch)
+        self._preferred: dict[TopicPartition, int] = {}  # tp -> preferred read replica (KIP-392)
+
+    # --- connections ----------------------------------------------------------------------------
+
+    def _send(self, address: str, api_key: int, version: int, request: Any, timeout_s: float) -> Any:
+        """One request on the connection to ``address`` (opened on first use, dropped on failure)."""
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = BrokerConnection(address, self._timeout_s)
+            self._connections[address] = connection
+        try:
+            return connection.send(api_key, version, request, timeout_s)
+        except BrokerConnectionError:
+            self._connections.pop(address, None)
+            raise
 
     # --- metadata -------------------------------------------------------------------------------
 
     def partition_counts(self, topics: Sequence[str] | None) -> dict[str, int]:
         response = self._metadata(topics)
-        return {t.name: len(t.partitions) for t in response.topics if t.error.code == errors.ErrorCode.NONE}
+        return {t.name: len(t.partitions) for t in response.topics if t.error_code == errors.ErrorCode.NONE}
 
-    def _metadata(self, topics: Sequence[str] | None) -> broker_pb2.MetadataResponse:
+    def _metadata(self, topics: Sequence[str] | None) -> m.MetadataResponse:
         """Ask known brokers, then the bootstrap servers, until one answers; remember leaders."""
-        request = broker_pb2.MetadataRequest(topics=list(topics or ()), all_topics=topics is None)
-        last_error: grpc.RpcError | None = None
+        request = m.MetadataRequest(
+            topics=None if topics is None else [m.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,  # reading a missing topic must not create it
+        )
+        last_error: Exception | None = None
         for address in self._addresses_to_ask():
             try:
-                response = self._stub(address).Metadata(request, timeout=self._timeout_s)
-            except grpc.RpcError as exc:
+                response = self._send(address, ApiKey.METADATA, METADATA_VERSION, request, self._timeout_s)
+            except BrokerConnectionError as exc:
                 last_error = exc
                 continue
             self._learn(response)
             return response
         tried = ", ".join(self._addresses_to_ask())
         raise errors.exception_class(errors.ErrorCode.NETWORK_EXCEPTION)(
-            f"no broker answered Metadata (tried {tried}): {_describe(last_error)}"
+            f"no broker answered Metadata (tried {tried}): {last_error}"
         )
 
     def _addresses_to_ask(self) -> list[str]:
         return list(dict.fromkeys([*self._brokers.values(), *self._bootstrap]))
 
-    def _learn(self, response: broker_pb2.MetadataResponse) -> None:
+    def _learn(self, response: m.MetadataResponse) -> None:
         self._brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers} or self._brokers
         for topic in response.topics:
             for p in topic.partitions:
-                self._leaders[TopicPartition(topic.name, p.partition)] = (p.leader_id, p.leader_epoch)
+                self._leaders[TopicPartition(topic.name, p.partition_index)] = (p.leader_id, p.leader_epoch)
 
     def _leader_address(self, tp: TopicPartition) -> str | None:
         leader_id, _ = self._leaders.get(tp, (NO_LEADER, 0))
         return self._brokers.get(leader_id)
-
-    def _stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
-        if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address, options=GRPC_OPTIONS)
-        return broker_pb2_grpc.BrokerServiceStub(self._channels[address])
 
     def _refresh(self, topics: Iterable[str]) -> None:
         self._sleep(self._retry_interval_s)
@@ -172,21 +302,24 @@ class GrpcBrokerClient:
                 retry.extend(tps)
                 continue
             try:
-                response = self._stub(address).ListOffsets(
-                    _list_offsets_request(tps, pending), timeout=self._timeout_s
-                )
-            except grpc.RpcError as exc:
+                response = self._send(
+                    address, ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION,
+                    self._list_offsets_request(tps, pending), self._timeout_s,
+                )  # fmt: skip
+            except BrokerConnectionError as exc:
                 if last_attempt:
-                    raise _network_error("ListOffsets", address, exc) from None
+                    raise errors.exception_class(errors.ErrorCode.NETWORK_EXCEPTION)(
+                        f"ListOffsets to {address}: {exc}"
+                    ) from None
                 retry.extend(tps)
                 continue
             for topic in response.topics:
                 for p in topic.partitions:
-                    tp = TopicPartition(topic.name, p.partition)
-                    if p.error.code in REFRESH_ERRORS and not last_attempt:
+                    tp = TopicPartition(topic.name, p.partition_index)
+                    if p.error_code in REFRESH_ERRORS and not last_attempt:
                         retry.append(tp)
-                    elif p.error.code != errors.ErrorCode.NONE:
-                        raise errors.error_for(p.error.code, f"ListOffsets {tp}: {p.error.message}")
+                    elif p.error_code != errors.ErrorCode.NONE:
+                        raise errors.error_for(p.error_code, f"ListOffsets {tp}: {_name(p.error_code)}")
                     else:
                         answers[tp] = None if p.offset == NO_OFFSET and pending[tp] >= 0 else p.offset
         if last_attempt and retry:
@@ -195,29 +328,104 @@ class GrpcBrokerClient:
             )
         return retry
 
+    def _list_offsets_request(
+        self, tps: Sequence[TopicPartition], queries: Mapping[TopicPartition, int]
+    ) -> m.ListOffsetsRequest:
+        """EARLIEST_OFFSET (-2) and LATEST_OFFSET (-1) are Kafka's own ListOffsets timestamps."""
+        by_topic: dict[str, list[m.ListOffsetsRequestListOffsetsPartition]] = {}
+        for tp in tps:
+            query = queries[tp]
+            assert query >= 0 or query in (EARLIEST_OFFSET, LATEST_OFFSET), f"bad ListOffsets query {query}"
+            by_topic.setdefault(tp.topic, []).append(
+                m.ListOffsetsRequestListOffsetsPartition(
+                    partition_index=tp.partition,
+                    current_leader_epoch=self._leaders.get(tp, (NO_LEADER, -1))[1],
+                    timestamp=query,
+                )
+            )
+        return m.ListOffsetsRequest(
+            replica_id=CONSUMER_REPLICA_ID,
+            isolation_level=READ_COMMITTED,
+            topics=[
+                m.ListOffsetsRequestListOffsetsTopic(name=name, partitions=parts)
+                for name, parts in by_topic.items()
+            ],
+        )
+
     # --- Fetch ----------------------------------------------------------------------------------
 
     def fetch(
         self, tp: TopicPartition, fetch_offset: int, max_wait_ms: int = FETCH_MAX_WAIT_MS
     ) -> FetchResult:
-        """One fetch from the leader; on a leadership error or an unreachable leader, refresh once."""
+        """One fetch (leader or preferred read replica); on a leadership error or an unreachable
+        leader, refresh once and return the retriable code."""
         if tp not in self._leaders:
             self._metadata([tp.topic])
+        replica = self._preferred.get(tp)
+        if replica is not None:
+            result = self._fetch_from_replica(tp, replica, fetch_offset, max_wait_ms)
+            if result is not None:
+                return result
         address = self._leader_address(tp)
         if address is None:
             self._refresh([tp.topic])
             return FetchResult(b"", 0, 0, errors.ErrorCode.LEADER_NOT_AVAILABLE)
-        request = broker_pb2.FetchRequest(
+        try:
+            data = self._fetch_once(address, tp, fetch_offset, max_wait_ms)
+        except BrokerConnectionError as exc:
+            self._refresh([tp.topic])
+            code = errors.ErrorCode.REQUEST_TIMED_OUT if exc.timed_out else errors.ErrorCode.NETWORK_EXCEPTION
+            return FetchResult(b"", 0, 0, code)
+        if data.error_code in REFRESH_ERRORS:
+            self._follow_leader_hint(tp, data.current_leader)
+            return FetchResult(b"", data.high_watermark, data.log_start_offset, data.error_code)
+        if (
+            data.error_code == errors.ErrorCode.NONE
+            and data.preferred_read_replica != NO_REPLICA
+            and data.preferred_read_replica != self._leaders[tp][0]
+            and data.preferred_read_replica in self._brokers
+        ):
+            self._preferred[tp] = data.preferred_read_replica
+            result = self._fetch_from_replica(tp, data.preferred_read_replica, fetch_offset, max_wait_ms)
+            if result is not None:
+                return result
+            self._refresh([tp.topic])  # the named replica failed: the leader again, after a pause
+            code = errors.ErrorCode.REPLICA_NOT_AVAILABLE
+            return FetchResult(b"", data.high_watermark, data.log_start_offset, code)
+        return _result(tp, fetch_offset, data)
+
+    def _fetch_from_replica(
+        self, tp: TopicPartition, replica: int, fetch_offset: int, max_wait_ms: int
+    ) -> FetchResult | None:
+        """The preferred replica's answer, or None (and the preference dropped) on any error."""
+        address = self._brokers.get(replica)
+        data = None
+        if address is not None:
+            try:
+                data = self._fetch_once(address, tp, fetch_offset, max_wait_ms)
+            except BrokerConnectionError:
+                data = None
+        if data is None or data.error_code != errors.ErrorCode.NONE:
+            self._preferred.pop(tp, None)
+            return None
+        return _result(tp, fetch_offset, data)
+
+    def _fetch_once(
+        self, address: str, tp: TopicPartition, fetch_offset: int, max_wait_ms: int
+    ) -> m.FetchResponsePartitionData:
+        request = m.FetchRequest(
+            replica_id=CONSUMER_REPLICA_ID,
             max_wait_ms=max_wait_ms,
             min_bytes=1,
             max_bytes=FETCH_MAX_BYTES,
-            isolation_level=broker_pb2.READ_COMMITTED,
+            isolation_level=READ_COMMITTED,
             topics=[
-                broker_pb2.FetchTopic(
-                    name=tp.topic,
+                m.FetchRequestFetchTopic(
+                    topic=tp.topic,
                     partitions=[
-                        broker_pb2.FetchPartition(
+                        m.FetchRequestFetchPartition(
                             partition=tp.partition,
+                            current_leader_epoch=self._leaders.get(tp, (NO_LEADER, -1))[1],
                             fetch_offset=fetch_offset,
                             partition_max_bytes=FETCH_MAX_BYTES,
                         )
@@ -225,20 +433,17 @@ class GrpcBrokerClient:
                 )
             ],
         )
-        try:
-            response = self._stub(address).Fetch(request, timeout=self._timeout_s + max_wait_ms / 1000)
-        except grpc.RpcError as exc:
-            self._refresh([tp.topic])
-            return FetchResult(b"", 0, 0, _retriable_network_code(exc))
-        data = response.topics[0].partitions[0]
-        if data.error.code in REFRESH_ERRORS:
-            self._follow_leader_hint(tp, data.current_leader)
-            return FetchResult(b"", data.high_watermark, data.log_start_offset, data.error.code)
-        if data.error.code not in (errors.ErrorCode.NONE, errors.ErrorCode.OFFSET_OUT_OF_RANGE):
-            raise errors.error_for(data.error.code, f"Fetch {tp} at {fetch_offset}: {data.error.message}")
-        return FetchResult(data.records, data.high_watermark, data.log_start_offset, data.error.code)
+        timeout_s = self._timeout_s + max_wait_ms / 1000
+        response = self._send(address, ApiKey.FETCH, FETCH_VERSION, request, timeout_s)
+        if response.error_code != errors.ErrorCode.NONE:
+            raise errors.error_for(response.error_code, f"Fetch {tp} at {fetch_offset} from {address}")
+        for topic in response.responses:
+            for p in topic.partitions:
+                if topic.topic == tp.topic and p.partition_index == tp.partition:
+                    return p
+        raise BrokerConnectionError(f"{address} answered a Fetch of {tp} without that partition")
 
-    def _follow_leader_hint(self, tp: TopicPartition, hint: broker_pb2.LeaderIdAndEpoch) -> None:
+    def _follow_leader_hint(self, tp: TopicPartition, hint: m.FetchResponseLeaderIdAndEpoch) -> None:
         """KIP-951: use the new leader named in the answer, else refresh metadata."""
         if hint.leader_id != NO_LEADER and hint.leader_id in self._brokers:
             self._leaders[tp] = (hint.leader_id, hint.leader_epoch)
@@ -246,30 +451,23 @@ class GrpcBrokerClient:
             self._refresh([tp.topic])
 
     def close(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
 
 
-def _list_offsets_request(
-    tps: Sequence[TopicPartition], queries: Mapping[TopicPartition, int]
-) -> broker_pb2.ListOffsetsRequest:
-    by_topic: dict[str, list[broker_pb2.ListOffsetsPartition]] = {}
-    for tp in tps:
-        query = queries[tp]
-        if query == EARLIEST_OFFSET:
-            part = broker_pb2.ListOffsetsPartition(partition=tp.partition, spec=broker_pb2.EARLIEST)
-        elif query == LATEST_OFFSET:
-            part = broker_pb2.ListOffsetsPartition(partition=tp.partition, spec=broker_pb2.LATEST)
-        else:
-            part = broker_pb2.ListOffsetsPartition(
-                partition=tp.partition, spec=broker_pb2.TIMESTAMP, timestamp_ms=query
-            )
-        by_topic.setdefault(tp.topic, []).append(part)
-    return broker_pb2.ListOffsetsRequest(
-        isolation_level=broker_pb2.READ_COMMITTED,
-        topics=[broker_pb2.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
-    )
+def _result(tp: TopicPartition, fetch_offset: int, data: m.FetchResponsePartitionData) -> FetchResult:
+    if data.error_code not in (errors.ErrorCode.NONE, errors.ErrorCode.OFFSET_OUT_OF_RANGE):
+        raise errors.error_for(data.error_code, f"Fetch {tp} at {fetch_offset}: {_name(data.error_code)}")
+    records = data.records if data.records is not None else b""
+    return FetchResult(records, data.high_watermark, data.log_start_offset, data.error_code)
+
+
+def _name(code: int) -> str:
+    try:
+        return errors.ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
 
 
 def _group_by(tps: Iterable[TopicPartition], key: Callable[[TopicPartition], str | None]) -> dict:
@@ -277,22 +475,3 @@ def _group_by(tps: Iterable[TopicPartition], key: Callable[[TopicPartition], str
     for tp in tps:
         groups.setdefault(key(tp), []).append(tp)
     return groups
-
-
-def _describe(exc: grpc.RpcError | None) -> str:
-    if exc is None:
-        return "no address"
-    code = exc.code() if hasattr(exc, "code") else None
-    details = exc.details() if hasattr(exc, "details") else str(exc)
-    return f"{code.name if code else 'error'}: {details}"
-
-
-def _network_error(rpc: str, address: str, exc: grpc.RpcError) -> errors.KafkaError:
-    return errors.exception_class(errors.ErrorCode.NETWORK_EXCEPTION)(f"{rpc} to {address}: {_describe(exc)}")
-
-
-def _retriable_network_code(exc: grpc.RpcError) -> int:
-    code = exc.code() if hasattr(exc, "code") else None
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return errors.ErrorCode.REQUEST_TIMED_OUT
-    return errors.ErrorCode.NETWORK_EXCEPTION

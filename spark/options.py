@@ -26,8 +26,8 @@ option                                    meaning
 Where Spark silently picks one of several contradictory options (``startingTimestamp`` over
 ``startingOffsetsByTimestamp`` over ``startingOffsets``), this module refuses with an error naming both:
 a query whose meaning depends on a precedence table is a query someone misreads. Other ``kafka.*``
-options configure a Kafka consumer, which this source does not have (it speaks gRPC), so they are
-refused by name rather than silently ignored.
+options configure a Kafka consumer, which this source does not have (it reads with its own small
+Kafka-protocol client, ``spark.client``), so they are refused by name rather than silently ignored.
 
 Everything here is pure: ``parse_options(raw, streaming=...)`` returns a frozen ``SourceOptions`` or
 raises ``InvalidOptionError`` naming the option, before any Spark job runs.
@@ -198,8 +198,8 @@ def _normalize(raw: Mapping[str, str]) -> dict[str, str]:
             if key.lower().startswith("kafka."):
                 raise InvalidOptionError(
                     key,
-                    "Kafka consumer settings do not apply: pykraft reads through its own gRPC "
-                    "client; only kafka.bootstrap.servers is understood",
+                    "Kafka consumer settings do not apply: pykraft reads with its own Kafka-protocol "
+                    "client, not a Kafka consumer; only kafka.bootstrap.servers is understood",
                 )
             raise InvalidOptionError(key, f"unknown option; known options are: {', '.join(KNOWN_OPTIONS)}")
         opts[name] = str(value)

@@ -14,7 +14,8 @@ Where each piece runs:
 - ``reader().partitions()`` (driver, once per DataFrame): Metadata, then ListOffsets earliest and
   latest for every partition — the HW read here is the ceiling of the query — then the pure planner
   (``spark.planning``) turns options and pushed filters into offset ranges, one per Spark task.
-- ``read(partition)`` (workers): each task fetches its range from the partition leader, decodes the
+- ``read(partition)`` (workers): each task fetches its range over the Kafka protocol from the
+  partition leader (or the preferred read replica the leader names, ``spark.client``), decodes the
   batches (every codec) and yields ``pyarrow.RecordBatch`` es (``spark.reader``).
 - Streaming: offsets ``{topic: {"partition": offset}}``; ``latestOffset`` is each partition's HW
   (never below the start, so a new leader whose HW briefly lags never looks like data loss), cut by
@@ -40,7 +41,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from spark import pushdown
-from spark.client import BrokerClient, GrpcBrokerClient
+from spark.client import BrokerClient, KafkaBrokerClient
 from spark.options import (
     EARLIEST_OFFSET,
     LATEST_OFFSET,
@@ -83,7 +84,7 @@ _log = logging.getLogger(__name__)
 
 
 def make_client(options: SourceOptions) -> BrokerClient:
-    return GrpcBrokerClient(
+    return KafkaBrokerClient(
         options.bootstrap_servers,
         num_retries=options.fetch_offset_num_retries,
         retry_interval_ms=options.fetch_offset_retry_interval_ms,

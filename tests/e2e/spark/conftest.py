@@ -2,11 +2,11 @@
 
 A SparkSession takes ~7 s to start and the first Python-source query ~5 s more (NOTES.md), so every
 Spark test shares the session-scoped ``spark`` fixture, local[2] on 127.0.0.1 with the venv's
-Python on the workers. The session starts BEFORE any gRPC server of the test process: Spark
-launches its JVM with a fork, which gRPC's threads do not survive.
+Python on the workers. The session starts before any broker of the test process, so that the
+fork that launches Spark's JVM copies no listener threads.
 
-``fake_cluster`` is a fresh in-memory ``FakeCluster`` (BrokerService double, see fake_brokers.py)
-per test; it depends on ``spark`` for the start-up order above.
+``fake_cluster`` is a fresh in-memory ``FakeCluster`` (Kafka listeners, see fake_brokers.py) per
+test; it depends on ``spark`` for the start-up order above.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def cluster(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerC
 
 
 def bootstrap(cluster: BrokerCluster) -> str:
-    return ",".join(cluster.broker(b).address for b in BROKERS)
+    return ",".join(cluster.broker(b).kafka_address for b in BROKERS)
 
 
 def read(spark, cluster: BrokerCluster, **options: str):

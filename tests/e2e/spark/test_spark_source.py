@@ -1,4 +1,4 @@
-"""The "pykraft" Data Source in a real SparkSession (local[2]) against BrokerService over gRPC.
+"""The "pykraft" Data Source in a real SparkSession (local[2]) against Kafka listeners.
 
 The brokers here are the in-process ``FakeCluster`` double (fake_brokers.py), which lets each test
 set the exact situation: a HW behind the log end offset, a leader that moves mid-job, records

@@ -116,7 +116,7 @@ BAD = [
     ({**BASE, "bootstrap.servers": "nohost"}, False, "bootstrap.servers", "host:port"),
     ({**BASE, "bootstrap.servers": "h:99999"}, False, "bootstrap.servers", "host:port"),
     ({**BASE, "kafka.bootstrap.servers": "h:1"}, False, "kafka.bootstrap.servers", "not both"),
-    ({**BASE, "kafka.group.id": "g"}, False, "kafka.group.id", "gRPC"),
+    ({**BASE, "kafka.group.id": "g"}, False, "kafka.group.id", "not a Kafka consumer"),
     ({**BASE, "startingOffset": "earliest"}, False, "startingOffset", "unknown option"),
     ({**BASE, "path": "/x"}, False, "path", "unknown option"),
     ({"bootstrap.servers": "h:1"}, False, "subscribe", "exactly one"),
