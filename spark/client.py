@@ -9,7 +9,7 @@ correlation id per request checked against the answer.
 
 Versions: Metadata v12, ListOffsets v7, Fetch v12 (flexible encodings; topic names, not ids). The
 first request on a connection is ApiVersions v3: a broker that lacks one of them is refused with
-``UnsupportedVersionException`` naming the API, rather than a decode error later.
+``UnsupportedVersionError`` naming the API, rather than a decode error later.
 
 Committed records only: Fetch and ListOffsets ask for READ_COMMITTED, so the broker answers up to the
 last stable offset, which is the HW while pykraft has no transactions; Fetch answers carry the HW

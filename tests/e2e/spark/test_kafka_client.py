@@ -17,6 +17,7 @@ from fake_brokers import FakeCluster
 
 from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka.api import ApiKey
 from spark.client import KafkaBrokerClient
 from spark.options import EARLIEST_OFFSET, LATEST_OFFSET, TopicPartition
 from spark.planning import OffsetRange
@@ -152,6 +153,29 @@ def test_no_broker_reachable_is_a_network_error() -> None:
     client = KafkaBrokerClient(["127.0.0.1:1"], request_timeout_ms=500, retry_interval_ms=10)
     try:
         with pytest.raises(errors.NetworkException, match=r"no broker answered Metadata"):
+            client.partition_counts(None)
+    finally:
+        client.close()
+
+
+def test_a_broker_without_the_versions_used_is_refused_by_name(cluster) -> None:
+    """ApiVersions on connect: a listener without Fetch v12 gets UnsupportedVersionError naming Fetch."""
+    answer = cluster.answer
+
+    def old_broker(node_id, api_key, request):
+        response = answer(node_id, api_key, request)
+        if api_key == ApiKey.API_VERSIONS:
+            for key in response.api_keys:
+                if key.api_key == ApiKey.FETCH:
+                    key.max_version = 11
+        return response
+
+    cluster.answer = old_broker
+    client = KafkaBrokerClient([f"127.0.0.1:{cluster.ports[1]}"], retry_interval_ms=10)
+    try:
+        with pytest.raises(
+            errors.UnsupportedVersionError, match=r"FETCH versions 4-11.*needs version 12"
+        ):
             client.partition_counts(None)
     finally:
         client.close()

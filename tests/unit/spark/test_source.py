@@ -139,3 +139,27 @@ def test_stream_available_now_stops_at_prepared_high_watermark(client) -> None:
 
 def test_stream_partitions_empty_when_nothing_new(client) -> None:
     assert stream().partitions({"t": {"0": 100}}, {"t": {"0": 100}}) == []
+
+
+def test_the_source_depends_on_no_grpc_data_plane() -> None:
+    """Issue 16: the Spark source reads over the Kafka protocol only — no grpc, no proto/broker.proto."""
+    import ast
+    from pathlib import Path
+
+    package = Path(source.__file__).parent
+    offenders = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{alias.name}" for alias in node.names]
+            offenders += [
+                f"{path.name}: {name}"
+                for name in names
+                if name.split(".")[0] == "grpc"
+                or name.startswith(("proto.broker_pb2", "proto.broker_pb2_grpc"))
+            ]
+    assert len(list(package.glob("*.py"))) >= 9, package
+    assert offenders == []
