@@ -84,7 +84,12 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "connections.max.idle.ms": ("connections_max_idle_ms", 1),
 }
 # Boolean broker settings: Kafka config name -> BrokerSettings field.
-BROKER_FLAGS: dict[str, str] = {"log.cleaner.enable": "log_cleaner_enable"}
+BROKER_FLAGS: dict[str, str] = {
+    "log.cleaner.enable": "log_cleaner_enable",
+    # Zero-copy fetch (broker.network): Fetch answers' records go from the segment files to the socket
+    # with sendfile; false reads them into memory (to measure the difference, or to rule it out).
+    "kafka.sendfile.enable": "sendfile_enable",
+}
 # Broker-wide defaults of topic configs (a topic's own setting wins).
 TOPIC_DEFAULT_KEYS = frozenset(
     {
@@ -177,6 +182,7 @@ class BrokerSettings:
     socket_request_max_bytes: int = 104_857_600
     max_connections: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
+    sendfile_enable: bool = True
 
     def topic_default(self, name: str) -> str | None:
         return dict(self.topic_defaults).get(name)

@@ -29,6 +29,20 @@ Limits (Kafka's broker settings, ``ListenerSettings``):
 - at most ``MAX_IN_FLIGHT`` unanswered requests per connection: past it the listener stops reading
   that socket until answers drain (and likewise while the peer does not read its answers).
 
+Zero-copy fetch. An answer may come as ``FrameParts`` (``proto.kafka.codec``): the response bytes
+with file regions (``storage.file_slice.FileSlice``, the records of a Fetch answer) between them.
+The writer sends the bytes with ``transport.write`` and each region with ``os.sendfile`` from the
+segment file straight to the socket (Kafka's ``FileRecords.writeTo``), once the transport's buffer
+is empty so that the bytes stay in order. asyncio's ``loop.sendfile`` is not used: uvloop does not
+implement it, and on the selector loop it unregisters the transport and pauses reading for every
+call. A region that does not go out at once waits for the socket to become writable through a
+duplicate of the socket's descriptor (the loop refuses ``add_writer`` on a transport's own one), and
+the FIFO waits behind it. Where sendfile cannot serve (no plain socket under the transport, e.g. TLS,
+or ``ListenerSettings.sendfile`` off) the regions are read into memory and written. A client that
+closes mid-send ends only its connection; a region whose file turned out shorter than announced (a
+truncation under it) closes the connection, as the frame's size prefix cannot be honoured.
+``sendfile_bytes`` / ``copied_region_bytes`` count which way the regions went.
+
 A processor's verdict ``CLOSE`` (an unknown API key, a request that cannot be parsed far enough to
 answer, an acks=0 produce that failed: Kafka's ways of telling a client "you sent something I cannot
 answer") closes the connection at once; ``NO_RESPONSE`` (acks=0) takes no slot.
@@ -41,12 +55,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from proto.kafka.codec import FrameParts
 from proto.logfmt import log_event
 
 log = logging.getLogger(__name__)
@@ -85,13 +102,14 @@ class Close:
     reason: str
 
 
-Outcome = bytes | bytearray | Awaitable[bytes | bytearray] | Close | _Verdict
+Answer = bytes | bytearray | FrameParts
+Outcome = Answer | Awaitable[Answer] | Close | _Verdict
 
 
 class RequestProcessor(Protocol):
     def process(self, frame: bytes, client: str) -> Outcome:
         """Handle one frame (without its size prefix) from ``client`` (``host:port``); an answer is a
-        whole frame, size prefix included."""
+        whole frame, size prefix included (bytes, or ``FrameParts`` with file regions)."""
         ...
 
 
@@ -100,6 +118,7 @@ class ListenerSettings:
     socket_request_max_bytes: int = DEFAULT_SOCKET_REQUEST_MAX_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
+    sendfile: bool = True  # off: file regions of an answer are read into memory and written
 
 
 class ListenerMetrics(Protocol):
@@ -116,7 +135,9 @@ class KafkaConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.client = "?"
         self._buffer = bytearray()
-        self._slots: deque[asyncio.Future[bytes | bytearray] | bytes | bytearray] = deque()
+        self._slots: deque[asyncio.Future[Answer] | Answer] = deque()
+        self._sending: _RegionSender | None = None  # a frame part way out; the FIFO waits behind it
+        self._socket_fd: int | None = None  # set when regions may go out with os.sendfile
         self._closed = False
         self._reading_paused = False
         self._writing_paused = False
@@ -128,15 +149,21 @@ class KafkaConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
         peer = self.transport.get_extra_info("peername")
         self.client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._socket_fd = _sendfile_socket_fd(self.transport) if self.listener.settings.sendfile else None
         if not self.listener.admit(self):
             self._closed = True
             self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._sending is not None:
+            self._sending.stop()
+            self._sending = None
         for slot in self._slots:
             if isinstance(slot, asyncio.Future):
                 slot.remove_done_callback(self._on_answer)
+            elif isinstance(slot, FrameParts):
+                slot.close()
         self._slots.clear()
         self._buffer.clear()
         self.listener.forget(self)
@@ -189,7 +216,7 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(outcome, Close):
             self.close("connection_closed_by_broker", reason=outcome.reason)
             return
-        if isinstance(outcome, (bytes, bytearray)):
+        if isinstance(outcome, (bytes, bytearray, FrameParts)):
             self._slots.append(outcome)
         else:
             future = asyncio.ensure_future(outcome)
@@ -198,8 +225,11 @@ class KafkaConnection(asyncio.Protocol):
         self._write_ready()
         self._update_reading()
 
-    def _on_answer(self, future: asyncio.Future[bytes | bytearray]) -> None:
+    def _on_answer(self, future: asyncio.Future[Answer]) -> None:
         if self._closed:
+            answer = None if future.cancelled() or future.exception() else future.result()
+            if isinstance(answer, FrameParts):
+                answer.close()
             return
         if future.cancelled() or future.exception() is not None:
             exc = None if future.cancelled() else future.exception()
@@ -210,19 +240,47 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     def _write_ready(self) -> None:
-        """Send every answer at the head of the FIFO that is ready; stop at the first that is not."""
+        """Send every answer at the head of the FIFO that is ready; stop at the first that is not (or
+        behind a frame whose file regions are still going out)."""
         slots = self._slots
         transport = self.transport
         assert transport is not None
-        while slots:
+        while slots and self._sending is None and not self._closed:
             head = slots[0]
             if isinstance(head, asyncio.Future):
                 if not head.done():
                     return
                 head = head.result()
             slots.popleft()
-            transport.write(head)
             self.last_active_s = time.monotonic()
+            if isinstance(head, FrameParts):
+                self._send_parts(head)
+            else:
+                transport.write(head)
+
+    def _send_parts(self, frame: FrameParts) -> None:
+        assert self.transport is not None
+        if self._socket_fd is None:
+            try:
+                data = frame.to_bytes()
+            except Exception as exc:  # a region shorter than announced: the frame cannot be honoured
+                self.close("response_failed", reason=f"{type(exc).__name__}: {exc}")
+                return
+            finally:
+                frame.close()
+            self.listener.copied_region_bytes += sum(region.size for region in frame.regions)
+            self.transport.write(data)
+            return
+        sender = _RegionSender(self, frame, self._socket_fd)
+        if not sender.step():
+            self._sending = sender
+
+    def _sent(self) -> None:
+        """The frame of ``_sending`` is out: go on with the FIFO."""
+        self._sending = None
+        self.last_active_s = time.monotonic()
+        self._write_ready()
+        self._update_reading()
 
     def _update_reading(self) -> None:
         if self._closed or self.transport is None:
@@ -239,7 +297,7 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        return not self._slots
+        return not self._slots and self._sending is None
 
     def close(self, event: str, level: int = logging.WARNING, **fields: object) -> None:
         if self._closed:
@@ -271,6 +329,8 @@ class KafkaListener:
         self.settings = settings
         self.connections: set[KafkaConnection] = set()
         self.rejected = 0
+        self.sendfile_bytes = 0  # records bytes sent with os.sendfile
+        self.copied_region_bytes = 0  # records bytes of file regions read into memory instead
         self._last_reject_log_s = 0.0
         self._server: asyncio.Server | None = None
         self._idle_task: asyncio.Task | None = None
@@ -290,7 +350,8 @@ class KafkaListener:
             lambda: KafkaConnection(self), self.host, self.requested_port, reuse_address=True
         )
         self._idle_task = asyncio.create_task(self._close_idle(), name=f"listener-{self.name}-idle")
-        log_event(log, logging.INFO, "listener_started", listener=self.name, host=self.host, port=self.port)
+        log_event(log, logging.INFO, "listener_started", listener=self.name, host=self.host, port=self.port,
+                  sendfile=self.settings.sendfile, event_loop=type(loop).__module__)  # fmt: skip
 
     async def close(self) -> None:
         if self._idle_task is not None:
@@ -332,3 +393,95 @@ class KafkaListener:
                         "connection_idle", logging.INFO,
                         reason=f"nothing sent or received for connections.max.idle.ms={idle_s * 1000:.0f}",
                     )
+
+
+def _sendfile_socket_fd(transport: asyncio.Transport) -> int | None:
+    """The descriptor of the plain TCP (or Unix) socket under ``transport``, or None where sendfile
+    cannot serve (TLS, pipes, no socket)."""
+    if transport.get_extra_info("sslcontext") is not None or transport.get_extra_info("ssl_object"):
+        return None
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.type != socket.SOCK_STREAM:
+        return None
+    fd = sock.fileno()
+    return fd if fd >= 0 else None
+
+
+class _RegionSender:
+    """Sends one ``FrameParts`` frame: bytes through the transport, file regions with ``os.sendfile``
+    once the transport's buffer is empty. ``step()`` goes as far as the socket takes without blocking
+    and returns True when the frame is out; otherwise it waits for writability on a duplicate of the
+    socket's descriptor and calls the connection's ``_sent()`` when done."""
+
+    __slots__ = ("connection", "done", "frame", "index", "loop", "socket_fd", "wait_fd")
+
+    def __init__(self, connection: KafkaConnection, frame: FrameParts, socket_fd: int) -> None:
+        self.connection = connection
+        self.frame = frame
+        self.index = 0  # the part being sent
+        self.done = 0  # bytes of that part already sent (regions only)
+        self.socket_fd = socket_fd
+        self.wait_fd = -1
+        self.loop = asyncio.get_running_loop()
+
+    def step(self) -> bool:
+        connection = self.connection
+        transport = connection.transport
+        assert transport is not None
+        parts = self.frame.parts
+        listener = connection.listener
+        try:
+            while self.index < len(parts):
+                part = parts[self.index]
+                if isinstance(part, memoryview):
+                    transport.write(part)
+                    self.index += 1
+                    continue
+                if transport.get_write_buffer_size():
+                    return self._wait()  # the bytes before the region go first
+                while self.done < part.size:
+                    sent = os.sendfile(self.socket_fd, part.fileno(), part.position + self.done,
+                                       part.size - self.done)  # fmt: skip
+                    if sent == 0:
+                        self._finish()
+                        connection.close("response_failed", reason=f"{part!r}: the file ends after "
+                                         f"{self.done} of its bytes (truncated while in flight)")  # fmt: skip
+                        return True
+                    self.done += sent
+                    listener.sendfile_bytes += sent
+                part.close()
+                self.index += 1
+                self.done = 0
+        except BlockingIOError:
+            return self._wait()
+        except OSError as exc:  # the client closed mid-send (EPIPE, ECONNRESET): its connection ends
+            self._finish()
+            connection.close("connection_lost_mid_send", logging.INFO, reason=f"{type(exc).__name__}: {exc}")
+            return True
+        self._finish()
+        return True
+
+    def _wait(self) -> bool:
+        if self.wait_fd < 0:
+            self.wait_fd = os.dup(self.socket_fd)
+            self.loop.add_writer(self.wait_fd, self._writable)
+        return False
+
+    def _writable(self) -> None:
+        if self.connection._closed:
+            self.stop()
+            return
+        self.connection.last_active_s = time.monotonic()
+        if self.step() and not self.connection._closed:
+            self.connection._sent()
+
+    def _finish(self) -> None:
+        if self.wait_fd >= 0:
+            self.loop.remove_writer(self.wait_fd)
+            os.close(self.wait_fd)
+            self.wait_fd = -1
+        self.frame.close()
+
+    def stop(self) -> None:
+        """The connection ended: release the descriptors."""
+        self._finish()

@@ -165,6 +165,7 @@ from proto.errors import ErrorCode
 from storage.batch_header import HEADER_SIZE, CorruptRecordError, iter_batches
 from storage.compression import CompressionType
 from storage.config import LogConfig
+from storage.file_slice import Records
 from storage.index import NO_TIMESTAMP
 from storage.log import Log, wall_clock_ms
 from storage.log_validator import AppendOrigin
@@ -229,7 +230,7 @@ class FetchResult:
     log_start_offset: int = NO_OFFSET
     log_end_offset: int = NO_OFFSET
     diverging_epoch: EpochEndOffset | None = None
-    records: bytes = b""
+    records: Records = b""  # a FileSlice when the fetch asked for file_slices
     leader_id: int = NO_LEADER
     leader_epoch: int = NO_EPOCH
 
@@ -264,20 +265,23 @@ class FetchBudget:
     reads at most ``min(partition_max_bytes, what the request's max_bytes has left)``; until the first
     partition that returns data, a first batch bigger than that is returned whole (minOneMessage, so a
     fetch always makes progress); after it, a batch that does not fit gives its partition nothing.
-    Consumer and follower fetches alike."""
+    Consumer and follower fetches alike. With ``file_slices`` a read returns a ``FileSlice`` of the
+    segment (same bytes, same rules) for the Kafka listener to send with sendfile."""
 
-    __slots__ = ("bytes_left", "min_one_batch")
+    __slots__ = ("bytes_left", "file_slices", "min_one_batch")
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, file_slices: bool = False) -> None:
         self.bytes_left = max_bytes
         self.min_one_batch = True
+        self.file_slices = file_slices
 
     def read(
         self, plog: Log, fetch_offset: int, partition_max_bytes: int, max_offset: int | None = None
-    ) -> bytes:
+    ) -> Records:
         if self.bytes_left <= 0 and not self.min_one_batch:
             return b""
-        records = plog.read(
+        read = plog.read_slice if self.file_slices else plog.read
+        records = read(
             fetch_offset, max(0, min(partition_max_bytes, self.bytes_left)), max_offset,
             min_one_batch=self.min_one_batch,
         )  # fmt: skip
@@ -693,12 +697,14 @@ class ReplicaManager:
         callback: FetchCallback,
         *,
         zstd_allowed: bool = True,
+        file_slices: bool = False,
     ) -> None:
         """Read ``[fetch_offset, HW)`` per partition; park until ``min_bytes`` or ``max_wait_ms``.
-        ``zstd_allowed`` is False for a Fetch below v10 (KIP-110)."""
+        ``zstd_allowed`` is False for a Fetch below v10 (KIP-110). ``file_slices``: records as
+        ``FileSlice``s (for sendfile), except below v10 where the zstd check reads them."""
 
         def read() -> dict[TP, FetchResult]:
-            budget = FetchBudget(max_bytes)
+            budget = FetchBudget(max_bytes, file_slices and zstd_allowed)
             results = {item.tp: self._consumer_read(item, budget) for item in items}
             if not zstd_allowed:
                 results = {tp: _without_zstd(tp, r) for tp, r in results.items()}
@@ -860,15 +866,18 @@ class ReplicaManager:
         now_ms: int,
         callback: FetchCallback,
         clock_ms: Callable[[], int],
+        *,
+        file_slices: bool = False,
     ) -> None:
         """Record each follower's LEO (HW and ISR follow), answer records up to the LEO or a diverging
-        epoch; park until some partition has ``min_bytes`` or ``max_wait_ms`` passed.
+        epoch; park until some partition has ``min_bytes`` or ``max_wait_ms`` passed. ``file_slices``:
+        records as ``FileSlice``s (a Kafka-protocol answer sends them with sendfile).
 
         The broker epoch is checked at every read, parked or not: a fetch parked before the image
         showed the follower's new incarnation must not record the old incarnation's LEO (KIP-903)."""
 
         def read() -> dict[TP, FetchResult]:
-            budget = FetchBudget(max_bytes)
+            budget = FetchBudget(max_bytes, file_slices)
             now = clock_ms()
             stale = self._stale_broker_epoch(replica_id, broker_epoch)
             if stale is not None:

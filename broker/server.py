@@ -230,7 +230,7 @@ class BrokerNode:
         # The Kafka protocol (broker.network, broker.handlers): one listener per Kafka listener name.
         self.services = BrokerServices(
             config.node_id, self.manager, monotonic_ms, settings.request_timeout_ms, self.producer_ids,
-            groups=self.groups, forward_admin=self.forward_admin,
+            groups=self.groups, forward_admin=self.forward_admin, sendfile=settings.sendfile_enable,
             offsets_topic=OffsetsTopic(
                 self.groups, self.forward_admin, settings.offsets_topic_num_partitions,
                 settings.offsets_topic_replication_factor, settings.offsets_topic_segment_bytes,
@@ -317,7 +317,8 @@ class BrokerNode:
     async def _bind_kafka_listeners(self) -> None:
         settings = self.config.settings
         limits = ListenerSettings(
-            settings.socket_request_max_bytes, settings.max_connections, settings.connections_max_idle_ms
+            settings.socket_request_max_bytes, settings.max_connections, settings.connections_max_idle_ms,
+            settings.sendfile_enable,
         )
         for spec in self.config.kafka_listeners:
             address = f"{spec.host}:{spec.port}"

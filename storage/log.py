@@ -44,6 +44,7 @@ from storage.batch_header import BatchHeader, CorruptRecordError
 from storage.checkpoint import OffsetCheckpoint
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
+from storage.file_slice import FileSlice
 from storage.index import NO_TIMESTAMP
 from storage.log_validator import UnexpectedAppendOffsetError
 from storage.record_batch import decode_batch
@@ -353,26 +354,41 @@ class Log:
         first non-empty partition). One read stays inside one segment, as in Kafka: the caller
         fetches again from the next offset.
         """
+        found = self._read_range(start_offset, max_bytes, max_offset, min_one_batch)
+        return b"" if found is None else found[0].read(found[1], found[2])
+
+    def read_slice(
+        self, start_offset: int, max_bytes: int, max_offset: int | None = None, *, min_one_batch: bool = True
+    ) -> FileSlice | bytes:
+        """What ``read`` returns, as a ``FileSlice`` of the segment file instead of its bytes (Kafka's
+        ``FileRecords.slice``: a Fetch answer sends it with sendfile); ``b""`` when there is nothing."""
+        found = self._read_range(start_offset, max_bytes, max_offset, min_one_batch)
+        return b"" if found is None else found[0].slice(found[1], found[2])
+
+    def _read_range(
+        self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[LogSegment, int, int] | None:
+        """(segment, start position, end position) of ``read``'s answer; None when empty."""
         self._check_readable(start_offset)
         if max_bytes < 0:
             raise errors.InvalidRequestError(f"max_bytes {max_bytes} must be >= 0")
         end_offset = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
         if start_offset >= end_offset:
-            return b""
+            return None
         located = self._locate(start_offset)
         if located is None:
-            return b""
+            return None
         segment, start_position, first_size = located
         limit = segment.size_bytes
         if end_offset < segment.next_offset:
             end = segment.translate_offset(end_offset)
             limit = end[0] if end is not None else limit
         if limit <= start_position:
-            return b""
+            return None
         # Whole batches only, and at least the first one if asked (Kafka's rule: consumers progress).
         want_end = min(start_position + (max(max_bytes, first_size) if min_one_batch else max_bytes), limit)
         end = segment.whole_batches_end(start_position, want_end) if want_end < limit else limit
-        return segment.read(start_position, end)
+        return (segment, start_position, end) if end > start_position else None
 
     def _check_readable(self, offset: int) -> None:
         if not self._log_start_offset <= offset <= self.log_end_offset:

@@ -36,6 +36,7 @@ from storage.batch_header import (
     parse_header,
     validate_batch,
 )
+from storage.file_slice import FileSlice
 from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -253,6 +254,11 @@ class LogSegment:
     def read(self, start_position: int, end_position: int) -> bytes:
         """The file bytes in ``[start_position, end_position)``."""
         return pread_all(self._fd, end_position - start_position, start_position)
+
+    def slice(self, start_position: int, end_position: int) -> FileSlice:
+        """``[start_position, end_position)`` as a ``FileSlice`` (its own descriptor: it outlives a
+        deletion or roll of this segment)."""
+        return FileSlice(self._fd, start_position, end_position - start_position, self.log_path.name)
 
     def _read_header(self, position: int) -> BatchHeader:
         raw = os.pread(self._fd, HEADER_SIZE, position)

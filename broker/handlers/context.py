@@ -46,6 +46,8 @@ class BrokerServices:
     fetch_sessions: FetchSessionCache = dataclasses.field(
         default_factory=lambda: FetchSessionCache(random.Random())
     )
+    # kafka.sendfile.enable: Fetch answers carry records as file slices, sent with sendfile.
+    sendfile: bool = True
 
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]

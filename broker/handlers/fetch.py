@@ -4,7 +4,9 @@ The replica manager decides (``fetch_for_consumer``, as for the gRPC Fetch): lea
 client's leader epoch, KIP-320 truncation detection (``last_fetched_epoch`` -> ``diverging_epoch``,
 v12+), OFFSET_OUT_OF_RANGE with the valid range, and the long poll: the request parks in the fetch
 purgatory until ``min_bytes`` are there or ``max_wait_ms`` passed, woken when the HW moves. The
-records go from the log to the answer as stored.
+records go from the log to the answer as stored: as ``FileSlice``s of the segment files (the
+listener sends them with sendfile, page cache to socket) unless ``kafka.sendfile.enable=false``,
+which reads them into memory.
 
 Sessionless, always (KIP-227 is optional for a broker): the answer carries session id 0 and every
 requested partition. librdkafka never opens sessions; kafka-python asks for one (session id 0, epoch
@@ -87,6 +89,7 @@ def handle_fetch(
     services.manager.fetch_for_consumer(
         items, request.max_bytes if request.max_bytes > 0 else (1 << 31) - 1, request.min_bytes,
         max_wait_ms, services.clock_ms(), answer, zstd_allowed=context.version >= ZSTD_VERSION,
+        file_slices=services.sendfile,
     )  # fmt: skip
     if future.done():
         return _response(services, context, request, names, future.result())

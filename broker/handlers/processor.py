@@ -5,8 +5,8 @@ parses it with the generated codec (``proto.kafka.api.parse_request``), calls th
 encodes the answer (``encode_response``). The generated layer stops here: a handler turns the decoded
 request into calls on the replica manager (exactly as the gRPC ``broker.broker_service`` does), the
 producer-id manager, ... and builds the response object from what they return; no wire struct goes
-further in. ``records`` stay the bytes of the frame (a memoryview) on the way in and the log's bytes on
-the way out.
+further in. ``records`` stay the bytes of the frame (a memoryview) on the way in and the log's bytes — or a
+``FileSlice`` of the segment, which the listener sends with sendfile — on the way out.
 
 A handler is ``handler(services, context, request)`` and returns the response object, an awaitable of
 it (an acks=all Produce, a long-polling Fetch: the listener keeps answering in request order),
@@ -48,9 +48,10 @@ from proto.kafka.api import (
     UnknownApiKey,
     UnsupportedVersion,
     encode_response_frame,
+    encode_response_parts,
     parse_request,
 )
-from proto.kafka.codec import KafkaDecodeError
+from proto.kafka.codec import FrameParts, KafkaDecodeError
 from proto.logfmt import log_event
 
 log = logging.getLogger(__name__)
@@ -145,12 +146,16 @@ class RequestProcessor:
         return self._encode(header, result, start, len(frame))
 
     async def _finish_later(self, header: RequestHeader, pending: Awaitable[Any], start: float,
-                            size: int) -> bytearray:  # fmt: skip
+                            size: int) -> bytearray | FrameParts:  # fmt: skip
         return self._encode(header, await pending, start, size)
 
-    def _encode(self, header: RequestHeader, response: Any, start: float, size: int) -> bytearray:
-        data = encode_response_frame(header, response)
-        self._observe(header.api_key, start, size, len(data), response)
+    def _encode(
+        self, header: RequestHeader, response: Any, start: float, size: int
+    ) -> bytearray | FrameParts:
+        """The answer frame; ``FrameParts`` when its records are file slices (sent with sendfile)."""
+        data = encode_response_parts(header, response)
+        sent = data.size if isinstance(data, FrameParts) else len(data)
+        self._observe(header.api_key, start, size, sent, response)
         return data
 
     def _observe(self, api_key: int, start: float, size: int, sent: int, response: Any) -> None:

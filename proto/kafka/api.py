@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from proto.kafka import messages
-from proto.kafka.codec import KafkaDecodeError, as_view, decode_body, read_nullable_string, skip_tagged_fields
+from proto.kafka.codec import (
+    FrameParts,
+    KafkaDecodeError,
+    ResponseParts,
+    as_view,
+    decode_body,
+    read_nullable_string,
+    skip_tagged_fields,
+)
 
 
 class ApiKey(enum.IntEnum):
@@ -225,6 +233,20 @@ def encode_response_frame(header: RequestHeader, response: Any) -> bytearray:
     encode_response_into(out, header, response)
     struct.pack_into(">i", out, 0, len(out) - 4)
     return out
+
+
+def encode_response_parts(header: RequestHeader, response: Any) -> bytearray | FrameParts:
+    """Like ``encode_response_frame``, but records given as file regions stay out of memory: a frame
+    with any comes back as ``FrameParts`` (the bytes around them and the regions, in order; its size
+    prefix and each records length prefix count the regions' bytes); one without is a bytearray."""
+    out = ResponseParts(4)
+    encode_response_into(out, header, response)
+    if not out.regions:
+        struct.pack_into(">i", out, 0, len(out) - 4)
+        return out
+    frame = FrameParts.of(out)
+    struct.pack_into(">i", out, 0, frame.size - 4)
+    return frame
 
 
 def encode_request(header: RequestHeader, request: Any) -> bytes:

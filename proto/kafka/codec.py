@@ -23,13 +23,20 @@ one exception a caller sees for bad bytes.
 
 Encoders append to a ``bytearray``. They trust their input (a value out of range for its type is a
 programmer error and raises ``struct.error``). The module is pure: no I/O, no global state.
+
+Records from a file (zero-copy fetch). A records field may hold a *file region* (``FileRegion``:
+``storage.file_slice.FileSlice`` is one) instead of bytes. Encoding into a ``ResponseParts`` buffer
+writes the field's length prefix (counting the region's bytes) and records where the region goes,
+without reading it; ``FrameParts.of`` then cuts the buffer into the parts to send in order — bytes and
+regions — with the frame's total size. Encoding into a plain ``bytearray`` reads the region in place
+(the in-memory fallback, e.g. for ``encode_response``).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 UVARINT_MAX_BYTES = 5
 
@@ -368,3 +375,98 @@ def write_tagged_fields(out: bytearray, fields: list[tuple[int, bytearray]]) -> 
         write_uvarint(out, tag)
         write_uvarint(out, len(data))
         out += data
+
+
+def write_nullable_records(out: bytearray, value: Any) -> None:
+    """Records: bytes, or a ``FileRegion`` (see the module docstring)."""
+    if value is None:
+        out += NULL_INT32
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        write_bytes(out, value)
+    else:
+        out += S_INT32.pack(value.size)
+        _add_region(out, value)
+
+
+def write_nullable_compact_records(out: bytearray, value: Any) -> None:
+    if value is None:
+        out.append(0)
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        write_compact_bytes(out, value)
+    else:
+        write_uvarint(out, value.size + 1)
+        _add_region(out, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# records sent from a file
+
+
+class FileRegion(Protocol):
+    """``size`` bytes at ``position`` of the file open as ``fileno()``; ``read()`` gives them."""
+
+    position: int
+    size: int
+
+    def fileno(self) -> int: ...
+
+    def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class ResponseParts(bytearray):
+    """An encoding buffer that leaves file regions out: ``regions`` lists (offset in the buffer, region)."""
+
+    __slots__ = ("regions",)
+
+    def __init__(self, size: int = 0) -> None:
+        super().__init__(size)
+        self.regions: list[tuple[int, FileRegion]] = []
+
+
+def _add_region(out: bytearray, region: FileRegion) -> None:
+    if type(out) is ResponseParts:
+        out.regions.append((len(out), region))
+    else:
+        out += region.read()
+
+
+class FrameParts:
+    """One response frame as the parts to send in order: ``memoryview``s of the encoded bytes and the
+    file regions between them; ``size`` is the frame's total size in bytes (size prefix included)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[memoryview | FileRegion], size: int) -> None:
+        self.parts = parts
+        self.size = size
+
+    @classmethod
+    def of(cls, out: ResponseParts) -> FrameParts:
+        view = memoryview(out)
+        parts: list[memoryview | FileRegion] = []
+        size = len(out)
+        done = 0
+        for position, region in out.regions:
+            if position > done:
+                parts.append(view[done:position])
+            parts.append(region)
+            size += region.size
+            done = position
+        if done < len(out):
+            parts.append(view[done:])
+        return cls(parts, size)
+
+    @property
+    def regions(self) -> list[FileRegion]:
+        return [part for part in self.parts if not isinstance(part, memoryview)]
+
+    def to_bytes(self) -> bytes:
+        """The whole frame in memory (reads every region; the fallback where sendfile cannot serve)."""
+        return b"".join(part if isinstance(part, memoryview) else part.read() for part in self.parts)
+
+    def close(self) -> None:
+        """Release every region's file (after sending, or when the answer is dropped)."""
+        for region in self.regions:
+            region.close()

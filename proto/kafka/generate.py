@@ -380,7 +380,7 @@ class CodeGen:
             return
         compact = "compact_" if flexible else ""
         if not f.is_array and f.struct is None:
-            kind = "bytes" if f.element in ("bytes", "records") else "string"
+            kind = {"bytes": "bytes", "records": "records"}.get(f.element, "string")
             prefix = "nullable_" if nullable or f.element == "records" else ""
             body.append(f"write_{prefix}{compact}{kind}({out}, {value})")
             return
@@ -443,6 +443,7 @@ from typing import ClassVar, Union
 from proto.kafka.codec import (
     NULL_INT32,
     S_INT8,
+    FileRegion,
     check_tag_count,
     null_error,
     read_bytes,
@@ -470,14 +471,16 @@ from proto.kafka.codec import (
     write_fixed_array,
     write_nullable_bytes,
     write_nullable_compact_bytes,
+    write_nullable_compact_records,
     write_nullable_compact_string,
+    write_nullable_records,
     write_nullable_string,
     write_string,
     write_string_array,
     write_tagged_fields,
 )
 
-Records = Union[bytes, bytearray, memoryview]
+Records = Union[bytes, bytearray, memoryview, FileRegion]  # a FileRegion: records sent from a file
 ZERO_UUID = uuid.UUID(int=0)
 '''
 

@@ -17,6 +17,7 @@ from typing import ClassVar, Union
 from proto.kafka.codec import (
     NULL_INT32,
     S_INT8,
+    FileRegion,
     check_tag_count,
     null_error,
     read_bytes,
@@ -44,14 +45,16 @@ from proto.kafka.codec import (
     write_fixed_array,
     write_nullable_bytes,
     write_nullable_compact_bytes,
+    write_nullable_compact_records,
     write_nullable_compact_string,
+    write_nullable_records,
     write_nullable_string,
     write_string,
     write_string_array,
     write_tagged_fields,
 )
 
-Records = Union[bytes, bytearray, memoryview]
+Records = Union[bytes, bytearray, memoryview, FileRegion]  # a FileRegion: records sent from a file
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -1577,7 +1580,7 @@ def _d_ProduceRequest_3(buf, pos, end):
 
 def _e_ProduceRequestPartitionProduceData_3(out, o):
     out += _S_i.pack(o.index)
-    write_nullable_bytes(out, o.records)
+    write_nullable_records(out, o.records)
 
 
 def _e_ProduceRequestTopicProduceData_3(out, o):
@@ -1646,7 +1649,7 @@ def _d_ProduceRequest_9(buf, pos, end):
 
 def _e_ProduceRequestPartitionProduceData_9(out, o):
     out += _S_i.pack(o.index)
-    write_nullable_compact_bytes(out, o.records)
+    write_nullable_compact_records(out, o.records)
     out.append(0)
 
 
@@ -2737,7 +2740,7 @@ def _e_FetchResponsePartitionData_4(out, o):
         write_count(out, len(o.aborted_transactions), False)
         for item in o.aborted_transactions:
             _e_FetchResponseAbortedTransaction_4(out, item)
-    write_nullable_bytes(out, o.records)
+    write_nullable_records(out, o.records)
 
 
 def _e_FetchResponseFetchableTopicResponse_4(out, o):
@@ -2807,7 +2810,7 @@ def _e_FetchResponsePartitionData_5(out, o):
         write_count(out, len(o.aborted_transactions), False)
         for item in o.aborted_transactions:
             _e_FetchResponseAbortedTransaction_4(out, item)
-    write_nullable_bytes(out, o.records)
+    write_nullable_records(out, o.records)
 
 
 def _e_FetchResponseFetchableTopicResponse_5(out, o):
@@ -2902,7 +2905,7 @@ def _e_FetchResponsePartitionData_11(out, o):
         for item in o.aborted_transactions:
             _e_FetchResponseAbortedTransaction_4(out, item)
     out += _S_i.pack(o.preferred_read_replica)
-    write_nullable_bytes(out, o.records)
+    write_nullable_records(out, o.records)
 
 
 def _e_FetchResponseFetchableTopicResponse_11(out, o):
@@ -3066,7 +3069,7 @@ def _e_FetchResponsePartitionData_12(out, o):
         for item in o.aborted_transactions:
             _e_FetchResponseAbortedTransaction_12(out, item)
     out += _S_i.pack(o.preferred_read_replica)
-    write_nullable_compact_bytes(out, o.records)
+    write_nullable_compact_records(out, o.records)
     tags = []
     if o.diverging_epoch != _DEFAULT_FetchResponseEpochEndOffset:
         t = bytearray()

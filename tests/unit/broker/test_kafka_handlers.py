@@ -37,6 +37,7 @@ from metadata.records import (
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_request, parse_response
+from proto.kafka.codec import FrameParts
 from storage.record_batch import build_batch, decode_records
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
@@ -96,8 +97,12 @@ class Broker:
         outcome = self.processor.process(frame, "127.0.0.1:1")
         if outcome is NO_RESPONSE or isinstance(outcome, Close):
             return outcome
-        if not isinstance(outcome, (bytes, bytearray)):
+        if not isinstance(outcome, (bytes, bytearray, FrameParts)):
             outcome = await outcome
+        if isinstance(outcome, FrameParts):  # records as file slices: what the listener would send
+            frame_parts, outcome = outcome, outcome.to_bytes()
+            frame_parts.close()
+            assert frame_parts.size == len(outcome)
         size = struct.unpack_from(">i", outcome)[0]
         assert size == len(outcome) - 4
         correlation_id, body = parse_response(api_key, version, bytes(outcome[4:]))
