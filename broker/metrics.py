@@ -52,7 +52,7 @@ from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from broker.group_coordinator import GroupCoordinator
@@ -140,6 +140,27 @@ class ListenerCollector(Collector):
         return [gauge]
 
 
+class SendfileCollector(Collector):
+    """Bytes of Fetch records each Kafka listener sent from the segment files with sendfile, and those
+    it had to read into memory instead (no plain socket under the connection), read at scrape time."""
+
+    def __init__(self, listeners: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+        self.listeners = listeners
+
+    def collect(self) -> Iterable[Metric]:
+        sent = CounterMetricFamily("pykraft_kafka_sendfile_bytes", "Records bytes sent with sendfile",
+                                   labels=["listener"])  # fmt: skip
+        copied = CounterMetricFamily(
+            "pykraft_kafka_records_copied_bytes",
+            "Records bytes of file slices read into memory where sendfile could not serve",
+            labels=["listener"],
+        )
+        for name, sendfile_bytes, copied_bytes in sorted(self.listeners()):
+            sent.add_metric([name], sendfile_bytes)
+            copied.add_metric([name], copied_bytes)
+        return [sent, copied]
+
+
 class KafkaRequestMetrics:
     """The Kafka listener's counters (see the module docstring); shared by every listener."""
 
@@ -183,6 +204,10 @@ class KafkaRequestMetrics:
     def register_listeners(self, listeners: Callable[[], Iterable[tuple[str, int]]]) -> None:
         """``listeners()`` gives (listener name, open connections) at scrape time."""
         self.registry.register(ListenerCollector(listeners))
+
+    def register_sendfile(self, listeners: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+        """``listeners()`` gives (listener name, sendfile bytes, copied bytes) at scrape time."""
+        self.registry.register(SendfileCollector(listeners))
 
 
 class GroupLagCollector(Collector):

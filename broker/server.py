@@ -241,6 +241,9 @@ class BrokerNode:
         self.metrics.kafka.register_listeners(
             lambda: [(k.name, k.open_connections) for k in list(self.kafka_listeners)]
         )
+        self.metrics.kafka.register_sendfile(
+            lambda: [(k.name, k.sendfile_bytes, k.copied_region_bytes) for k in list(self.kafka_listeners)]
+        )
         self._tasks: list[asyncio.Task] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_ms: int | None = None

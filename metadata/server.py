@@ -130,6 +130,7 @@ BROKER_KEYS = frozenset(
         "log.flush.scheduler.interval.ms",
         "log.cleaner.backoff.ms",
         "log.cleaner.enable",
+        "kafka.sendfile.enable",
         "cleanup.policy",
         "delete.retention.ms",
         "min.cleanable.dirty.ratio",

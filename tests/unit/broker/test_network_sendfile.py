@@ -17,7 +17,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from broker.metrics import KafkaRequestMetrics
 from broker.network import KafkaListener, ListenerSettings
 from proto.kafka.codec import FrameParts, ResponseParts, write_nullable_records
 from storage.file_slice import FileSlice
@@ -85,15 +87,25 @@ def run(coro):
 
 @pytest.mark.parametrize("sendfile", [True, False], ids=["sendfile", "copied"])
 def test_an_answer_of_parts_arrives_byte_for_byte(data_file, sendfile: bool) -> None:
+    """...and the way its records went is counted, as the broker's metrics expose it."""
     path, data = data_file
+    metrics = KafkaRequestMetrics(CollectorRegistry())
 
     async def main():
         listener, processor = await start(path, ListenerSettings(sendfile=sendfile))
+        metrics.register_sendfile(
+            lambda: [(listener.name, listener.sendfile_bytes, listener.copied_region_bytes)]
+        )
         reader, writer = await connect(listener)
         writer.write(frame(1, b"file:100:5000"))
         assert await read_answer(reader) == (1, expected(data, 100, 5000))
         counts = (listener.sendfile_bytes, listener.copied_region_bytes)
         assert counts == ((5000, 0) if sendfile else (0, 5000))
+        scraped = tuple(
+            metrics.registry.get_sample_value(name, {"listener": "PLAINTEXT"})
+            for name in ("pykraft_kafka_sendfile_bytes_total", "pykraft_kafka_records_copied_bytes_total")
+        )
+        assert scraped == counts
         await eventually(lambda: all(s.closed for s in processor.slices))
         writer.close()
         await stop(listener, processor)
