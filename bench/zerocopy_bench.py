@@ -10,7 +10,8 @@ Then ``--rounds`` pairs of reads, alternating: the broker is restarted with
 os.sendfile) or ``=false`` (read into the broker's memory and written, the path before issue 16), and
 a confluent-kafka Consumer reads the partition from offset 0 to its end (fetch.max.bytes 50 MiB,
 max.partition.fetch.bytes 8 MiB). Measured per read: the broker process's CPU seconds (user+sys,
-/proc/<pid>/stat) over the read, divided by the bytes of the partition's segment files; and the
+/proc/<pid>/stat) over the read, divided by the bytes of the partition's segment files, also less
+the broker's idle CPU (measured for ``--idle-s`` just before the read) over the read's time; and the
 read rate. The files are in the page cache for every read (written just before; a warm-up read
 first). The machine is shared: compare the two columns of one run; the ratio is the figure.
 """
@@ -87,6 +88,12 @@ def read_all(bootstrap: str, records: int) -> float:
         consumer.close()
 
 
+def user_sys_s(pid: int) -> tuple[float, float]:
+    """(user, sys) CPU seconds of a process, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / pb.CLK_TCK, int(fields[12]) / pb.CLK_TCK
+
+
 def leader_ready(bootstrap: str) -> bool:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "zerocopy-bench-probe"})
     try:
@@ -134,14 +141,24 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         for round_index in range(args.rounds):
             for mode in MODES:
                 results["event_loop"] = restart_broker(cluster, mode)
+                idle_start, idle_cpu = time.perf_counter(), pb.proc_cpu_s(broker.pid)
+                time.sleep(args.idle_s)  # the broker's own background work (heartbeats, metadata, timers)
+                idle_rate = (pb.proc_cpu_s(broker.pid) - idle_cpu) / (time.perf_counter() - idle_start)
                 before = pb.proc_cpu_s(broker.pid)
+                user_before, sys_before = user_sys_s(broker.pid)
                 elapsed = read_all(cluster.kafka_bootstrap, records)
                 cpu_s = pb.proc_cpu_s(broker.pid) - before
-                row = {"cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (size / 1e9), "mb_per_s": size / elapsed / 1e6}
+                user_after, sys_after = user_sys_s(broker.pid)
+                net_s = max(cpu_s - idle_rate * elapsed, 0.0)
+                row = {"cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (size / 1e9), "mb_per_s": size / elapsed / 1e6,
+                       "net_cpu_s_per_gb": net_s / (size / 1e9), "idle_cpu_s_per_s": idle_rate,
+                       "user_s_per_gb": (user_after - user_before) / (size / 1e9),
+                       "sys_s_per_gb": (sys_after - sys_before) / (size / 1e9)}  # fmt: skip
                 results[mode].append(row)
-                print(f"round {round_index + 1} sendfile={mode}: broker {cpu_s:.2f} CPU-s, "
-                      f"{row['cpu_s_per_gb']:.2f} CPU-s/GB, {row['mb_per_s']:,.0f} MB/s",
-                      flush=True)  # fmt: skip
+                print(f"round {round_index + 1} sendfile={mode}: broker {cpu_s:.2f} CPU-s over "
+                      f"{elapsed:.1f} s, {row['cpu_s_per_gb']:.2f} CPU-s/GB "
+                      f"({row['net_cpu_s_per_gb']:.2f} less idle {idle_rate:.3f} CPU-s/s), "
+                      f"{row['mb_per_s']:,.0f} MB/s", flush=True)  # fmt: skip
         results["bytes"] = size
         results["records"] = records
     finally:
@@ -159,7 +176,7 @@ def report(args: argparse.Namespace, results: dict) -> None:
           f"segment files; confluent-kafka Consumer from offset 0; {args.rounds} rounds; broker event loop: "
           f"{results['event_loop']}")  # fmt: skip
     median = {
-        mode: {key: statistics.median(r[key] for r in results[mode]) for key in ("cpu_s_per_gb", "mb_per_s")}
+        mode: {key: statistics.median(r[key] for r in results[mode]) for key in results[mode][0]}
         for mode in MODES
     }
     print("| figure (median of the rounds) | sendfile (kafka.sendfile.enable=true) "
@@ -167,16 +184,28 @@ def report(args: argparse.Namespace, results: dict) -> None:
     print("|---|---|---|")
     print(f"| broker CPU-s per GB served | {median['true']['cpu_s_per_gb']:.2f} | "
           f"{median['false']['cpu_s_per_gb']:.2f} |")  # fmt: skip
+    print(f"| the same, less the idle broker's CPU over the read | {median['true']['net_cpu_s_per_gb']:.2f} "
+          "| "
+          f"{median['false']['net_cpu_s_per_gb']:.2f} |")  # fmt: skip
+    print(f"| of which user / sys CPU-s per GB | {median['true']['user_s_per_gb']:.2f} / "
+          f"{median['true']['sys_s_per_gb']:.2f} | {median['false']['user_s_per_gb']:.2f} / "
+          f"{median['false']['sys_s_per_gb']:.2f} |")  # fmt: skip
+    print(f"| idle broker CPU-s per s (before each read) | {median['true']['idle_cpu_s_per_s']:.3f} | "
+          f"{median['false']['idle_cpu_s_per_s']:.3f} |")  # fmt: skip
     print(f"| consumer read rate MB/s | {median['true']['mb_per_s']:,.0f} | "
           f"{median['false']['mb_per_s']:,.0f} |")  # fmt: skip
     ratio = median["false"]["cpu_s_per_gb"] / median["true"]["cpu_s_per_gb"]
-    print(f"ratio: without sendfile the broker spends {ratio:.2f}x the CPU per GB served")
+    net = median["false"]["net_cpu_s_per_gb"] / max(median["true"]["net_cpu_s_per_gb"], 1e-9)
+    print(f"ratio: without sendfile the broker spends {ratio:.2f}x the CPU per GB served "
+          f"({net:.2f}x less its idle CPU)")  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=int, default=1000, help="MB of records to serve (default 1000)")
     parser.add_argument("--value-bytes", type=int, default=1000, help="record value size (default 1000)")
+    parser.add_argument("--idle-s", type=float, default=3.0,
+                        help="seconds of the idle broker's CPU measured before each read (default 3)")
     parser.add_argument("--rounds", type=int, default=3, help="reads per mode, alternating (default 3)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="zerocopy-bench-") as tmp:
