@@ -20,7 +20,7 @@ batch about to be appended (``check``), before anything is written:
   concurrent requests in any order, so batch 1 of a new producer may arrive before batch 0, and
   accepting it would let batch 0 land after it. The client retries UNKNOWN_PRODUCER_ID while an
   earlier batch of the partition is unacknowledged (it establishes the state); with none (the state
-  expired) it bumps its epoch and resends from sequence 0 (``pykraft.producer``, KIP-360).
+  expired) it bumps its epoch and resends from sequence 0 (KIP-360).
 
 After an append, leaders and followers alike call ``update`` with the batch and its offsets (this is
 how followers, and a restarted broker replaying its log, rebuild the same state, so a retry sent to a

@@ -17,6 +17,8 @@ A broker also serves the Kafka protocol on ``kafka_port`` (``--listeners PLAINTE
 A node listens on ``port``; others dial ``advertised_port`` when it is set (e.g. a fault-injecting TCP
 proxy forwarding to ``port``): it goes into the controllers' ``--voters``, the brokers'
 ``--controllers`` and ``--advertised-listener``, and the bootstrap. Health probes use the listen port.
+Likewise a broker's ``kafka_advertised_port``, when set, is the Kafka listener it advertises (Metadata
+answers, ``kafka_bootstrap``) in front of a fixed ``kafka_port``.
 
 Ports (``proto.listeners``): no port is picked and hoped for. Brokers and metrics endpoints listen on
 port 0 and the launcher reads the ports they got from their ``LISTENING`` / ``METRICS`` lines (a
@@ -61,6 +63,7 @@ class NodeSpec:
     metrics_port: int = 0  # Prometheus /metrics on 127.0.0.1 (proto.metrics), as reported; -1: off
     advertised_port: int = 0  # the port other nodes and clients dial; 0 = port
     kafka_port: int = 0  # brokers: the Kafka listener (PLAINTEXT), as reported; 0 until then
+    kafka_advertised_port: int = 0  # brokers: the port Kafka clients and followers dial; 0 = kafka_port
 
     @property
     def name(self) -> str:
@@ -78,7 +81,8 @@ class NodeSpec:
     @property
     def kafka_address(self) -> str:
         """The broker's Kafka listener, for Kafka clients ("" for a controller)."""
-        return f"127.0.0.1:{self.kafka_port}" if self.kafka_port else ""
+        port = self.kafka_advertised_port or self.kafka_port
+        return f"127.0.0.1:{port}" if port else ""
 
 
 @dataclass
@@ -135,7 +139,7 @@ class LocalCluster:
     @property
     def kafka_bootstrap(self) -> str:
         """``bootstrap.servers`` for Kafka clients: every broker's Kafka listener."""
-        return ",".join(n.kafka_address for n in self.broker_nodes if n.kafka_port)
+        return ",".join(n.kafka_address for n in self.broker_nodes if n.kafka_address)
 
     def log_path(self, spec: NodeSpec) -> Path:
         return self.data_dir / "logs" / f"{spec.name}.log"
@@ -144,7 +148,9 @@ class LocalCluster:
         cmd = [sys.executable, "-m", "pykraft.cli", spec.role, "--node-id", str(spec.node_id),
                "--listen", spec.listen_address, "--data-dir", str(self.data_dir / spec.name),
                "--metrics-port", str(METRICS_OFF if spec.metrics_port == METRICS_OFF else PICK_FREE_PORT)]
-        if spec.advertised_port:
+        if spec.kafka_advertised_port:  # both listeners advertised (e.g. both behind a proxy)
+            cmd += ["--advertised-listener", f"GRPC://{spec.address},PLAINTEXT://{spec.kafka_address}"]
+        elif spec.advertised_port:
             cmd += ["--advertised-listener", spec.address]
         if spec.role == "controller":
             cmd += ["--voters", self.voters]
@@ -192,8 +198,8 @@ class LocalCluster:
             raise ClusterError(str(exc)) from None
         if spec.metrics_port != METRICS_OFF:
             spec.metrics_port = _metrics_port(self.log_path(spec), start)
-        if spec.role == "broker":
-            spec.kafka_port = _kafka_port(self.log_path(spec), start)
+        if spec.role == "broker" and not spec.kafka_advertised_port:  # else it is fixed, and the
+            spec.kafka_port = _kafka_port(self.log_path(spec), start)  # line names the advertised one
         self.save()
 
     def start_node(self, spec: NodeSpec) -> None:
@@ -203,7 +209,8 @@ class LocalCluster:
         try:
             self._await_listening(spec, self._spawn(spec))
         except listeners.PortTakenError as exc:
-            if spec.role == "broker" and spec.kafka_port and f":{spec.kafka_port}:" in str(exc):
+            if (spec.role == "broker" and spec.kafka_port and not spec.kafka_advertised_port
+                    and f":{spec.kafka_port}:" in str(exc)):  # fmt: skip
                 # The Kafka listener's port came from the kernel's ephemeral range, which any
                 # outgoing connection may take; the broker registers wherever it lands, and Kafka
                 # clients find it through Metadata.

@@ -1,9 +1,11 @@
 """The chaos cluster: 3 controllers + 3 brokers (``LocalCluster``) behind the fault-injecting proxy.
 
-Every node listens on its own port and *advertises* a proxy port (``NodeSpec.advertised_port``):
-controllers dial each other, brokers dial controllers and each other's replica fetchers dial leaders,
-all through ``tests.chaos.proxy`` — so a network partition between any two nodes is one command.
-Clients (the workload, in this process) also go through the proxy but are never partitioned.
+Every node listens on its own port and *advertises* a proxy port (``NodeSpec.advertised_port``; a
+broker's Kafka listener likewise, ``kafka_advertised_port``): controllers dial each other, brokers
+dial controllers and each other's replica fetchers dial leaders, all through ``tests.chaos.proxy`` —
+so a network partition between any two nodes is one command. Clients (the workload's confluent-kafka
+clients, in this process) also go through the proxy but are never partitioned; the proxy can cut
+their connections instead of forwarding a Produce answer (``ProxyControl.cut_produce_answers``).
 
 Ports: ``start_proxied`` (every port picked outside the ephemeral range; on a port another process took,
 everything is stopped and started again on fresh ports). ``chaos_cluster`` stops everything it
@@ -49,13 +51,15 @@ def start_proxied(
     for attempt in range(1, BIND_ATTEMPTS + 1):
         cluster = make_cluster()
         cluster.plan()
-        ports = pick_ports(len(cluster.nodes) + len(cluster.broker_nodes))
+        ports = pick_ports(len(cluster.nodes) + 3 * len(cluster.broker_nodes))
         for spec in cluster.broker_nodes:
-            spec.port = ports.pop()
+            spec.port, spec.kafka_port, spec.kafka_advertised_port = ports.pop(), ports.pop(), ports.pop()
         for spec in cluster.nodes:
             spec.advertised_port = ports.pop()
+        routes = [(n.name, n.advertised_port, n.port) for n in cluster.nodes]
+        kafka_routes = [(n.name, n.kafka_advertised_port, n.kafka_port) for n in cluster.broker_nodes]
         try:
-            proxy = ProxyControl(data_dir, [(n.name, n.advertised_port, n.port) for n in cluster.nodes])
+            proxy = ProxyControl(data_dir, routes, kafka_routes)
         except ProxyPortsTakenError:
             continue
         try:
@@ -79,10 +83,13 @@ def start_proxied(
 class ProxyControl:
     """The proxy subprocess and its line protocol (one JSON command, one JSON answer)."""
 
-    def __init__(self, data_dir: Path, routes: list[tuple[str, int, int]]) -> None:
+    def __init__(self, data_dir: Path, routes: list[tuple[str, int, int]],
+                 kafka_routes: list[tuple[str, int, int]] = ()) -> None:  # fmt: skip
         cmd = [sys.executable, "-m", "tests.chaos.proxy", "--data-dir", str(data_dir)]
         for name, listen, target in routes:
             cmd += ["--route", f"{name}={listen}:{target}"]
+        for name, listen, target in kafka_routes:
+            cmd += ["--kafka-route", f"{name}={listen}:{target}"]
         self._log = open(data_dir / "logs" / "proxy.log", "ab")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      cwd=Path(__file__).resolve().parents[2])  # fmt: skip
@@ -120,6 +127,10 @@ class ProxyControl:
     def heal(self) -> None:
         self.command(cmd="heal")
 
+    def cut_produce_answers(self, every: int) -> int:
+        """Cut the 1st, (every+1)th, ... Produce answer to a client (0: off); returns how many were cut."""
+        return self.command(cmd="cut-produce-answers", every=every)["cut"]
+
     def connections(self) -> dict[str, int]:
         return self.command(cmd="connections")["connections"]
 
@@ -147,6 +158,11 @@ class ChaosCluster(BrokerCluster):
     @property
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Kafka clients' ``bootstrap.servers``: the brokers' Kafka listeners, through the proxy."""
+        return self.cluster.kafka_bootstrap
 
     def names(self, role: str | None = None) -> list[str]:
         return [n.name for n in self.cluster.nodes if role is None or n.role == role]

@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from confluent_kafka.admin import AdminClient as KafkaAdminClient
+
 from pykraft.admin import AdminClient
-from pykraft.group_admin import GroupAdmin
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import OK, History
 from tests.chaos.workload import GROUP
@@ -103,12 +104,13 @@ class Nemesis(threading.Thread):
 
     def coordinator(self) -> str:
         """The group coordinator's broker (a partition leader when there is no group yet)."""
-        try:
-            with GroupAdmin(self.cluster.bootstrap, timeout_s=5.0) as groups:
-                node_id, _ = groups.find_coordinator(GROUP, refresh=True)
-        except Exception:
+        groups = KafkaAdminClient({"bootstrap.servers": self.cluster.kafka_bootstrap})
+        try:  # DescribeGroups, asked of the coordinator that FindCoordinator names
+            futures = groups.describe_consumer_groups([GROUP], request_timeout=5.0)
+            described = futures[GROUP].result(timeout=10.0)
+        except Exception:  # KafkaException, a timeout: faults make it fail
             return self.leader()
-        return f"broker-{node_id}"
+        return f"broker-{described.coordinator.id}"
 
     def controller(self) -> str:
         leader = self.admin.describe_quorum().leader_id
@@ -258,3 +260,21 @@ def _wait_acked(acked: Callable[[], int], more: int, what: str) -> None:
 def no_faults(cluster: ChaosCluster, history: History, topic: str, acked: Callable[[], int]) -> None:
     """A schedule without faults: wait for some acknowledged writes (for client-side negative controls)."""
     _wait_acked(acked, 200, "200 acknowledged writes")
+
+
+CUT_EVERY = 3
+
+
+def cut_produce_answers(cluster: ChaosCluster, history: History, topic: str,
+                        acked: Callable[[], int]) -> None:  # fmt: skip
+    """Every third Produce answer to a client is cut (the proxy closes the connection instead of
+    forwarding it) while 200 writes more are acknowledged: the client resends the batches it sent on
+    that connection, which the broker had appended. A ``fault`` op records how many answers were cut."""
+    start = history.now()
+    cluster.proxy.cut_produce_answers(CUT_EVERY)
+    try:
+        _wait_acked(acked, 200, "200 acknowledged writes while Produce answers are cut")
+    finally:
+        cut = cluster.proxy.cut_produce_answers(0)
+    value = {"kind": "cut-produce-answers", "nodes": cluster.names("broker"), "fault_s": 0.0, "cut": cut}
+    history.add("nemesis", "fault", OK, start, value)

@@ -1,6 +1,7 @@
 """A fault-injecting TCP proxy in front of every node's port: network partitions between chosen nodes.
 
     python -m tests.chaos.proxy --data-dir D --route controller-1=41001:40001 --route broker-101=...
+        --kafka-route broker-101=...
 
 Each ``--route NAME=PROXY_PORT:TARGET_PORT`` listens on ``127.0.0.1:PROXY_PORT`` and forwards to
 the node ``NAME`` on ``127.0.0.1:TARGET_PORT``. Nodes are configured to reach each other only through
@@ -24,7 +25,17 @@ TCP connection, without root.
 Control: one JSON command per line on stdin, one JSON answer per line on stdout (``READY`` first):
 ``{"cmd": "block", "pairs": [["broker-101", "controller-1"], ...]}`` replaces the blocked set;
 ``{"cmd": "heal"}`` clears it; ``{"cmd": "connections"}`` counts live connections per
-``"src>dst"``. EOF on stdin stops the proxy.
+``"src>dst"``; ``{"cmd": "cut-produce-answers", "every": N}`` (N > 0) cuts client connections to the
+brokers' Kafka listeners instead of forwarding the 1st, (N+1)th, (2N+1)th, ... Produce answer (0 turns
+it off). EOF on stdin stops the proxy.
+
+**Cut Produce answers.** A client whose connection breaks after the broker appended a batch but
+before the answer arrived cannot know the batch was written and sends it again: without idempotence
+the record is written twice, with it (KIP-98) the broker answers the retry with the first offsets.
+For that the proxy follows Kafka's framing on client connections to a Kafka listener (routes named
+``--kafka-route``): a request's size, API key and correlation id; an answer's size and correlation
+id. The answer to a Produce request (API key 0) that is due to be cut is dropped and both sides of
+the connection are closed.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from pathlib import Path
 
 CHUNK_BYTES = 65536
 CLIENT = "client"
+PRODUCE_API_KEY = 0
 
 
 def parse_route(text: str) -> tuple[str, int, int]:
@@ -109,13 +121,27 @@ def _node_processes(marker: bytes) -> dict[int, str]:
     return nodes
 
 
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    """One Kafka frame (4-byte big-endian size, then the body), size included; b"" at EOF."""
+    try:
+        head = await reader.readexactly(4)
+        return head + await reader.readexactly(int.from_bytes(head, "big"))
+    except asyncio.IncompleteReadError:
+        return b""
+
+
 class FaultProxy:
-    def __init__(self, routes: list[tuple[str, int, int]], finder: SourceFinder) -> None:
-        self.routes = routes
+    def __init__(self, routes: list[tuple[str, int, int]], finder: SourceFinder,
+                 kafka_routes: list[tuple[str, int, int]] = ()) -> None:  # fmt: skip
+        self.kafka_ports = {listen for _name, listen, _target in kafka_routes}
+        self.routes = [*routes, *kafka_routes]
         self.finder = finder
         self.blocked: set[frozenset[str]] = set()
         self._changed = asyncio.Event()
         self.live: Counter[str] = Counter()
+        self.cut_every = 0  # cut-produce-answers: 0 = off
+        self.produce_answers = 0  # Produce answers seen while cutting (each is forwarded or cut)
+        self.cut = 0
 
     def is_blocked(self, a: str, b: str) -> bool:
         return frozenset((a, b)) in self.blocked
@@ -132,6 +158,7 @@ class FaultProxy:
     async def start(self) -> list[asyncio.Server]:
         servers = []
         for name, listen, target in self.routes:
+
             async def handle(reader, writer, name=name, listen=listen, target=target) -> None:
                 await self.connection(reader, writer, name, listen, target)
 
@@ -149,9 +176,16 @@ class FaultProxy:
                 up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
             except OSError:
                 return
-            await asyncio.gather(
-                self.pipe(reader, up_writer, src, dst), self.pipe(up_reader, writer, src, dst)
-            )
+            if src == CLIENT and listen in self.kafka_ports:
+                produce: set[int] = set()  # correlation ids of this connection's Produce requests
+                await asyncio.gather(
+                    self.kafka_requests(reader, up_writer, produce),
+                    self.kafka_answers(up_reader, writer, up_writer, produce),
+                )
+            else:
+                await asyncio.gather(
+                    self.pipe(reader, up_writer, src, dst), self.pipe(up_reader, writer, src, dst)
+                )
         finally:
             self.live[key] -= 1
             writer.close()
@@ -168,12 +202,50 @@ class FaultProxy:
         finally:
             writer.close()
 
+    async def kafka_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             produce: set[int]) -> None:  # fmt: skip
+        """Client -> broker, frame by frame: remember which correlation ids are Produce requests."""
+        try:
+            while frame := await read_frame(reader):
+                if len(frame) >= 12 and int.from_bytes(frame[4:6], "big", signed=True) == PRODUCE_API_KEY:
+                    produce.add(int.from_bytes(frame[8:12], "big", signed=True))
+                writer.write(frame)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    async def kafka_answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            upstream: asyncio.StreamWriter, produce: set[int]) -> None:  # fmt: skip
+        """Broker -> client, frame by frame: a Produce answer due to be cut closes both sides instead."""
+        try:
+            while frame := await read_frame(reader):
+                correlation_id = int.from_bytes(frame[4:8], "big", signed=True) if len(frame) >= 8 else None
+                if correlation_id in produce:
+                    produce.discard(correlation_id)
+                    if self.cut_every:
+                        self.produce_answers += 1
+                        if (self.produce_answers - 1) % self.cut_every == 0:
+                            self.cut += 1
+                            upstream.close()
+                            return
+                writer.write(frame)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
     def command(self, line: str) -> dict:
         cmd = json.loads(line)
         if cmd["cmd"] == "block":
             self.set_blocked(cmd["pairs"])
         elif cmd["cmd"] == "heal":
             self.set_blocked([])
+        elif cmd["cmd"] == "cut-produce-answers":
+            self.cut_every = int(cmd["every"])
+            return {"ok": True, "every": self.cut_every, "cut": self.cut}
         elif cmd["cmd"] == "connections":
             return {"ok": True, "connections": {k: n for k, n in self.live.items() if n}}
         else:
@@ -182,7 +254,8 @@ class FaultProxy:
 
 
 async def main(args: argparse.Namespace) -> None:
-    proxy = FaultProxy([parse_route(r) for r in args.route], SourceFinder(str(args.data_dir)))
+    proxy = FaultProxy([parse_route(r) for r in args.route], SourceFinder(str(args.data_dir)),
+                       [parse_route(r) for r in args.kafka_route])  # fmt: skip
     servers = await proxy.start()
     loop = asyncio.get_running_loop()
     stdin = asyncio.StreamReader()
@@ -199,4 +272,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--route", action="append", default=[], metavar="NAME=PROXY_PORT:TARGET_PORT")
+    parser.add_argument(
+        "--kafka-route",
+        action="append",
+        default=[],
+        metavar="NAME=PROXY_PORT:TARGET_PORT",
+        help="a route to a Kafka listener (its client connections can cut Produce answers)",
+    )
     asyncio.run(main(parser.parse_args()))

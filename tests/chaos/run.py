@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
 from proto import errors
 from proto.errors import ErrorCode
-from pykraft.consumer import Consumer
-from pykraft.types import TopicPartition
 from tests.chaos import report
 from tests.chaos.checker import CheckResult, check
 from tests.chaos.checker import report as anomaly_report
@@ -37,6 +37,7 @@ from tests.chaos.cluster import ChaosCluster, chaos_cluster
 from tests.chaos.history import FAIL, OK, History, Op
 from tests.chaos.nemesis import KINDS, Nemesis, heal_everything, wait_recovered
 from tests.chaos.workload import (
+    CLIENT_SETTINGS,
     AdminWorker,
     ConsumerWorker,
     GroupConsumerWorker,
@@ -68,7 +69,7 @@ class RunConfig:
     overrides: dict[str, str] = field(default_factory=dict)
     admin_ops: bool = True
     min_faults: int = 0
-    producer_options: dict[str, object] = field(default_factory=dict)  # more pykraft.Producer settings
+    producer_options: dict[str, object] = field(default_factory=dict)  # more librdkafka producer settings
     overlap: bool = False  # faults do not wait for the cluster to recover from the previous one
     groups: bool = True  # consumers in a group (subscribe + commit), or on assigned partitions
     schedule: Schedule | None = None  # a scripted nemesis instead of the seeded one
@@ -117,10 +118,11 @@ def run_workload(cluster: ChaosCluster, history: History, config: RunConfig,
     cluster.create_topic(TOPIC, partitions=config.partitions, **configs)
     check_proxy_sees_nodes(cluster)
     topic = TopicState(TOPIC, config.partitions)
-    producers = [ProducerWorker(i, history, cluster.bootstrap, topic, config.rate_per_s,
+    bootstrap = cluster.kafka_bootstrap
+    producers = [ProducerWorker(i, history, bootstrap, topic, config.rate_per_s,
                                 config.producer_options) for i in range(config.producers)]  # fmt: skip
     consumer_class = GroupConsumerWorker if config.groups else ConsumerWorker
-    consumers = [consumer_class(i, history, cluster.bootstrap, topic) for i in range(config.consumers)]
+    consumers = [consumer_class(i, history, bootstrap, topic) for i in range(config.consumers)]
     admin = AdminWorker(history, cluster.cluster.controller_addresses)
     workers = [*producers, *consumers, admin]
     for w in workers:
@@ -244,7 +246,7 @@ def final_read(cluster: ChaosCluster, history: History, topic: TopicState) -> li
         try:
             leader = cluster.leader(topic.name, partition, timeout_s=60)
             hw = cluster.high_watermark(leader, topic.name, partition)
-            records = read_partition(cluster.bootstrap, TopicPartition(topic.name, partition), hw)
+            records = read_partition(cluster.kafka_bootstrap, topic.name, partition, hw)
         except Exception as exc:  # AssertionError from the waits included
             value = {"topic": topic.name, "partition": partition, "high_watermark": -1, "records": []}
             history.add("final", "final-read", FAIL, start, value, error=repr(exc))
@@ -255,20 +257,29 @@ def final_read(cluster: ChaosCluster, history: History, topic: TopicState) -> li
     return problems
 
 
-def read_partition(bootstrap: str, tp: TopicPartition, high_watermark: int) -> list[list]:
+def read_partition(bootstrap: str, topic: str, partition: int, high_watermark: int) -> list[list]:
+    """``[offset, value]`` of every record of the partition below ``high_watermark`` (a deadline)."""
     records: list[list] = []
     deadline = time.monotonic() + FINAL_READ_TIMEOUT_S
-    with Consumer(bootstrap, auto_offset_reset="earliest", request_timeout_ms=5000, max_poll_records=5000,
-                  retry_backoff_ms=100) as consumer:  # fmt: skip
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-final-read",  # assign only
+                         "enable.auto.commit": False, **CLIENT_SETTINGS})  # fmt: skip
+    try:
+        tp = TopicPartition(topic, partition, OFFSET_BEGINNING)
+        log_start, _ = consumer.get_watermark_offsets(tp, timeout=FINAL_READ_TIMEOUT_S)
+        position = log_start
         consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        while consumer.position(tp) < high_watermark:
+        while position < high_watermark:
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"{tp}: read up to {consumer.position(tp)} of HW {high_watermark} "
+                    f"{topic}-{partition}: read up to {position} of HW {high_watermark} "
                     f"in {FINAL_READ_TIMEOUT_S} s"
                 )
-            records += [[r.offset, (r.value or b"").decode()] for r in consumer.poll(500)]
+            for m in consumer.consume(5000, 0.5):
+                if m.error() is None:
+                    records.append([m.offset(), (m.value() or b"").decode()])
+                    position = m.offset() + 1
+    finally:
+        consumer.close()
     return [r for r in records if r[0] < high_watermark]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.nemesis import KINDS, force_unclean_election, no_faults
+from tests.chaos.nemesis import KINDS, cut_produce_answers, force_unclean_election
 from tests.chaos.run import RunConfig, run_chaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -66,15 +66,18 @@ def test_negative_control_unclean_election_loses_acknowledged_writes(tmp_path: P
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("idempotence", [False, True], ids=["without-idempotence", "idempotent"])
 def test_retried_sends_duplicate_only_without_idempotence(tmp_path: Path, idempotence: bool) -> None:
-    """Every first Produce answer is dropped after the broker appended (the producer's test hook), so
-    every batch is sent twice: without idempotence the checker finds duplicates (a second negative
-    control); with it (KIP-98) the broker answers the retry with the first offsets: none."""
+    """Every third Produce answer is cut after the broker appended (the proxy closes the client's
+    connection instead of forwarding it), so those batches are sent twice: without idempotence the
+    checker finds duplicates (a second negative control); with it (KIP-98) the broker answers the
+    retry with the first offsets: none."""
     config = RunConfig(
-        partitions=1, producers=1, consumers=1, admin_ops=False, schedule=no_faults, groups=False,
-        producer_options={"enable_idempotence": idempotence, "test_drop_first_response": True},
+        partitions=1, producers=1, consumers=1, admin_ops=False, schedule=cut_produce_answers, groups=False,
+        producer_options={"enable.idempotence": idempotence},
     )  # fmt: skip
     result = run_chaos(tmp_path, config, log=lambda _m: None)
     assert not result.problems, result.explain()
+    (cut,) = [op.value["cut"] for op in result.history if op.f == "fault"]
+    assert cut > 0, "the proxy cut no Produce answer"
     if idempotence:
         assert result.check.valid, result.explain()
     else:

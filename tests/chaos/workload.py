@@ -1,17 +1,22 @@
 """The chaos workload: idempotent producers, consumers and an admin, each a thread writing to the history.
 
-- **Producers** (``producer-N``): one ``pykraft.Producer`` each (``acks=all``, idempotent), writing
-  unique values ``pN-SEQ`` round-robin over the topic's partitions, at most ``OUTSTANDING_PER_PARTITION``
-  unacknowledged per partition (so that a stalled partition does not stall the others), at a bounded
-  rate. Each send becomes an op when its future resolves: ``ok`` with its offset, ``info`` on any
-  error (with retries until ``delivery_timeout_ms`` the outcome of a failed idempotent send is
-  unknown), ``fail`` when ``send`` itself refused the record. A producer whose topic gained partitions
-  is replaced by a new one (``pykraft.Producer`` keeps the partition count it first learned).
+The producers and consumers are confluent-kafka's (librdkafka), talking the Kafka protocol to the
+brokers through the chaos proxy; the admin is pykraft's gRPC ``AdminClient`` (topics are managed over
+gRPC).
+
+- **Producers** (``producer-N``): one ``confluent_kafka.Producer`` each (``acks=all``, idempotent),
+  writing unique values ``pN-SEQ`` round-robin over the topic's partitions, at most
+  ``OUTSTANDING_PER_PARTITION`` unacknowledged per partition (so that a stalled partition does not
+  stall the others), at a bounded rate. Each send becomes an op when its delivery report arrives:
+  ``ok`` with its offset, ``info`` on any error (with retries until ``message.timeout.ms`` the outcome
+  of a failed idempotent send is unknown), ``fail`` when ``produce`` itself refused the record. A
+  producer learns a grown partition count from Metadata; one that hit a fatal error or a lost
+  sequence (``LOST_SEQUENCE``) is replaced by a new one.
 - **Consumers** (``consumer-N``): members of one consumer group subscribed to the topic
   (``GroupConsumerWorker``: every ``on_assign`` starts a generation of the partitions it adds, every
   non-empty poll is an op followed by a synchronous commit, OffsetFetch now and then) — or, without
   groups, ``Consumer.assign`` over every partition (``ConsumerWorker``: a new assignment when the
-  topic grew starts a new generation; every ``LogTruncation`` the consumer reports is an op).
+  topic grew starts a new generation; every log truncation librdkafka reports (KIP-320) is an op).
 - **Admin** (``admin``): creates topics and adds partitions when the run asks it to; an attempt that
   fails (faults!) is an ``info`` op and is tried again, up to ``ADMIN_ATTEMPTS`` times.
 
@@ -21,25 +26,47 @@ Every wait is bounded; ``stop()`` then ``join()`` ends the threads.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
 from pykraft.admin import AdminClient
-from pykraft.consumer import Consumer
-from pykraft.producer import Producer
-from pykraft.types import ConsumerRecord, RecordMetadata, TopicPartition
 from tests.chaos.history import FAIL, INFO, OK, History
 
 OUTSTANDING_PER_PARTITION = 8
 CLOSE_TIMEOUT_S = 20.0
-POLL_MS = 300
+POLL_S = 0.3
+POLL_RECORDS_MAX = 500
+METADATA_TIMEOUT_S = 10.0
 COMMITTED_EVERY = 10
+# The partition's leader lost this producer's sequence (an unclean election made a replica that
+# lacks acknowledged batches the leader): librdkafka 2.16 reports the batches with this error and
+# then sends nothing more to the partition, so the worker replaces the producer (a new producer id).
+LOST_SEQUENCE = frozenset({KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.UNKNOWN_PRODUCER_ID})
+REPLACE_FLUSH_S = 5.0
 GROUP = "chaos-group"
-REPLACE_AFTER_S = 2.0
 ADMIN_ATTEMPTS = 10
 ADMIN_RETRY_S = 2.0
+# A commit that certainly did not happen: the member is not (or no longer) in the generation it used.
+COMMIT_REFUSED = frozenset({KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
+                            KafkaError.UNKNOWN_MEMBER_ID, KafkaError._ASSIGNMENT_LOST})  # fmt: skip
+# librdkafka settings shared by every client of the workload: short timeouts, fresh metadata.
+# The reconnect backoff doubles per failed connection up to 10 s by default: faults would cost a
+# client more than they last.
+CLIENT_SETTINGS = {"socket.timeout.ms": 5000, "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 1000,
+                   "topic.metadata.refresh.interval.ms": 2000}  # fmt: skip
 
 
 @dataclass
@@ -85,48 +112,76 @@ class ProducerWorker(Worker):
                  rate_per_s: float, options: dict | None = None) -> None:  # fmt: skip
         super().__init__(f"producer-{index}", history)
         self.bootstrap, self.topic, self.rate_per_s = bootstrap, topic, rate_per_s
-        self.options = options or {}  # more Producer settings (a negative control turns idempotence off)
+        self.options = options or {}  # more librdkafka settings (a negative control turns idempotence off)
         self.seq = 0
         self.outstanding: dict[int, int] = {}
+        self.pending: dict[str, tuple[float, dict]] = {}  # value -> (start, op value) until its report
         self.lock = threading.Lock()
         self.attempted = 0
+        self.fatal: KafkaError | None = None  # the producer must be replaced
 
     def work(self) -> None:
-        producer, partitions = self.new_producer()
+        producer = self.new_producer()
+        partitions = self.partitions(producer)
         interval_s = 1.0 / self.rate_per_s
-        next_at = replaced_at = time.monotonic()
+        next_at = time.monotonic()
         turn = 0
         try:
             while not self.stopping.is_set():
-                if self.topic.count() > partitions and time.monotonic() - replaced_at > REPLACE_AFTER_S:
-                    # The topic grew: a new producer learns the new partition count.
-                    producer, partitions = self.new_producer(producer)
-                    replaced_at = time.monotonic()
+                self.serve(producer, 0)  # delivery reports
+                if self.fatal is not None:
+                    self.close(producer, REPLACE_FLUSH_S)
+                    producer, self.fatal = self.new_producer(), None
+                if self.topic.count() > partitions:  # the topic grew: use the new partition once known
+                    partitions = self.partitions(producer)
                 partition = turn % partitions
                 turn += 1
                 with self.lock:
                     busy = self.outstanding.get(partition, 0) >= OUTSTANDING_PER_PARTITION
                 if busy:
-                    self.stopping.wait(0.005)
+                    self.serve(producer, 0.005)
                     continue
                 self.send(producer, partition)
                 next_at = max(next_at + interval_s, time.monotonic() - 1.0)  # no burst after a stall
-                self.stopping.wait(max(0.0, next_at - time.monotonic()))
+                self.serve(producer, max(0.0, next_at - time.monotonic()))
         finally:
-            producer.close(CLOSE_TIMEOUT_S)
+            self.close(producer)
 
-    def new_producer(self, old: Producer | None = None) -> tuple[Producer, int]:
-        """A producer and the partition count it learned (a new partition may not be known yet)."""
-        if old is not None:
-            old.close(CLOSE_TIMEOUT_S)
-        settings = {"acks": "all", "linger_ms": 5, "request_timeout_ms": 5000, "delivery_timeout_ms": 60_000,
-                    "retry_backoff_ms": 100, "max_block_ms": 10_000, "metadata_max_age_ms": 2000}  # fmt: skip
-        producer = Producer(self.bootstrap, **{**settings, **self.options})
+    def serve(self, producer: Producer, timeout_s: float) -> None:
+        """Delivery reports for up to ``timeout_s``; a fatal error marks the producer for replacement."""
         try:
-            return producer, min(self.topic.count(), len(producer.partitions_for(self.topic.name)))
-        except Exception:
-            producer.close(CLOSE_TIMEOUT_S)
-            raise
+            producer.poll(timeout_s)
+        except KafkaException as exc:
+            self.fatal = exc.args[0]
+
+    def new_producer(self) -> Producer:
+        settings = {"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                    "linger.ms": 5, "request.timeout.ms": 5000, "message.timeout.ms": 60_000,
+                    **CLIENT_SETTINGS}  # fmt: skip
+        return Producer({**settings, **self.options})
+
+    def partitions(self, producer: Producer) -> int:
+        """The partition count to write to: the topic's, as far as the producer's Metadata knows it."""
+        try:
+            metadata = producer.list_topics(self.topic.name, timeout=METADATA_TIMEOUT_S)
+            known = len(metadata.topics[self.topic.name].partitions)
+        except KafkaException:
+            known = 0
+        return max(1, min(self.topic.count(), known))
+
+    def close(self, producer: Producer, flush_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Deliver what is outstanding (bounded), then purge the rest: their reports are ``info``. A
+        producer in a fatal state refuses to flush or purge: its sends without a report are ``info``."""
+        try:
+            producer.flush(flush_s)
+            producer.purge()
+            producer.flush(CLOSE_TIMEOUT_S)
+        except KafkaException as exc:
+            with self.lock:
+                abandoned, self.pending = self.pending, {}
+                self.outstanding.clear()
+            for start, entry in abandoned.values():
+                self.history.add(self.process, "send", INFO, start, entry, error=f"abandoned: {exc}")
 
     def send(self, producer: Producer, partition: int) -> None:
         value = f"p{self.process.removeprefix('producer-')}-{self.seq}"
@@ -136,21 +191,31 @@ class ProducerWorker(Worker):
         self.attempted += 1
         with self.lock:
             self.outstanding[partition] = self.outstanding.get(partition, 0) + 1
+            self.pending[value] = (start, entry)
 
-        def done(metadata: RecordMetadata | None, error: Exception | None) -> None:
+        def done(error: KafkaError | None, message: Message) -> None:
             with self.lock:
+                if self.pending.pop(value, None) is None:
+                    return  # abandoned with its producer (close): already an ``info`` op
                 self.outstanding[partition] -= 1
-            if error is None and metadata is not None:
-                self.history.add(self.process, "send", OK, start, {**entry, "offset": metadata.offset})
+            if error is None:
+                self.history.add(self.process, "send", OK, start, {**entry, "offset": message.offset()})
             else:
-                self.history.add(self.process, "send", INFO, start, entry, error=repr(error))
+                if error.fatal() or error.code() in LOST_SEQUENCE:
+                    self.fatal = error
+                self.history.add(self.process, "send", INFO, start, entry, error=str(error))
 
         try:
-            producer.send(self.topic.name, value.encode(), partition=partition, on_delivery=done)
-        except Exception as exc:
+            producer.produce(self.topic.name, value.encode(), partition=partition, on_delivery=done)
+        except (BufferError, KafkaException) as exc:
             with self.lock:
                 self.outstanding[partition] -= 1
+                self.pending.pop(value, None)
             self.history.add(self.process, "send", FAIL, start, entry, error=repr(exc))
+
+
+def rows(messages: list[Message]) -> list[list]:
+    return [[m.topic(), m.partition(), m.offset(), (m.value() or b"").decode()] for m in messages]
 
 
 class ConsumerWorker(Worker):
@@ -163,44 +228,49 @@ class ConsumerWorker(Worker):
         self.polled = 0
 
     def work(self) -> None:
-        consumer = Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                            request_timeout_ms=5000, retry_backoff_ms=100,
-                            metadata_max_age_ms=2000)  # fmt: skip
-        with consumer:
+        # A group id is required by the client; nothing joins the group or commits (assign, no auto-commit).
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-{self.process}",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "fetch.wait.max.ms": 200, **CLIENT_SETTINGS})  # fmt: skip
+        try:
             partitions = 0
-            truncations = 0
             while not self.stopping.is_set():
                 if self.topic.count() != partitions:
                     partitions = self.topic.count()
                     self.assign(consumer, partitions)
                 start = self.history.now()
-                try:
-                    records = consumer.poll(POLL_MS)
-                except Exception as exc:  # a poll that failed: recorded, and the consumer goes on
-                    value = {"generation": self.generation, "records": []}
-                    self.history.add(self.process, "poll", FAIL, start, value, error=repr(exc))
-                    self.stopping.wait(0.1)
-                    continue
+                messages = consumer.consume(POLL_RECORDS_MAX, POLL_S)
+                records = [m for m in messages if m.error() is None]
+                for m in messages:
+                    if m.error() is not None:
+                        self.error_op(start, m)
                 if records:
-                    self.record_poll(start, records)
-                for t in consumer.truncations[truncations:]:
-                    value = {"topic": t.topic_partition.topic, "partition": t.topic_partition.partition,
-                             "position": t.position, "divergent_offset": t.divergent_offset}  # fmt: skip
-                    self.history.add(self.process, "truncation", OK, start, value)
-                truncations = len(consumer.truncations)
+                    self.polled += len(records)
+                    self.history.add(self.process, "poll", OK, start,
+                                     {"generation": self.generation, "records": rows(records)})  # fmt: skip
+        finally:
+            consumer.close()
+
+    def error_op(self, start: float, message: Message) -> None:
+        """A log truncation (KIP-320 offset validation found the fetched-from log diverged) is an op;
+        other errors are reported and retried by the client itself."""
+        error = message.error()
+        if error.code() != KafkaError._LOG_TRUNCATION:
+            return
+        # librdkafka names the positions only in the text: "... at offset N (leader epoch E) ... to
+        # offset M ..."; -1 where it does not.
+        offsets = [int(n) for n in re.findall(r"offset (-?\d+)", error.str())] + [-1, -1]
+        value = {"topic": message.topic(), "partition": message.partition(), "position": offsets[0],
+                 "divergent_offset": offsets[1]}  # fmt: skip
+        self.history.add(self.process, "truncation", OK, start, value, error=error.str())
 
     def assign(self, consumer: Consumer, partitions: int) -> None:
         self.generation += 1
         start = self.history.now()
-        tps = [TopicPartition(self.topic.name, p) for p in range(partitions)]
+        tps = [TopicPartition(self.topic.name, p, OFFSET_BEGINNING) for p in range(partitions)]
         consumer.assign(tps)
         value = {"generation": self.generation, "partitions": [[tp.topic, tp.partition] for tp in tps]}
         self.history.add(self.process, "assign", OK, start, value)
-
-    def record_poll(self, start: float, records: list[ConsumerRecord]) -> None:
-        self.polled += len(records)
-        rows = [[r.topic, r.partition, r.offset, (r.value or b"").decode()] for r in records]
-        self.history.add(self.process, "poll", OK, start, {"generation": self.generation, "records": rows})
 
 
 class GroupConsumerWorker(Worker):
@@ -212,7 +282,8 @@ class GroupConsumerWorker(Worker):
     committed; ``info`` on other errors), and every ``COMMITTED_EVERY`` polls by a ``committed`` op
     (OffsetFetch) of the assigned partitions. Every ``RESTART_S`` (seeded) the member closes (leaving
     the group) and a new one joins in its place — a ``restart`` op — so rebalances and resuming from
-    committed offsets happen often.
+    committed offsets happen often. librdkafka does not expose the group's generation id: the ops'
+    ``generation`` is this member's count of assignments, for reading a history.
     """
 
     GROUP = GROUP
@@ -222,7 +293,7 @@ class GroupConsumerWorker(Worker):
         super().__init__(f"consumer-{index}", history)
         self.bootstrap, self.topic = bootstrap, topic
         self.polled = 0
-        self.consumer: Consumer | None = None
+        self.generation = 0
         self.rng = random.Random(index)
 
     def work(self) -> None:
@@ -233,71 +304,68 @@ class GroupConsumerWorker(Worker):
 
     def member(self, until: float) -> None:
         """One group member, polling until ``until`` (or the stop)."""
-        self.consumer = Consumer(
-            self.bootstrap, group_id=self.GROUP, auto_offset_reset="earliest", enable_auto_commit=False,
-            session_timeout_ms=6000, heartbeat_interval_ms=1000, max_poll_interval_ms=60_000,
-            fetch_max_wait_ms=200, request_timeout_ms=5000, retry_backoff_ms=100, metadata_max_age_ms=2000,
-        )  # fmt: skip
-        with self.consumer as consumer:
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": self.GROUP, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+            "max.poll.interval.ms": 60_000, "fetch.wait.max.ms": 200, **CLIENT_SETTINGS,
+        })  # fmt: skip
+        try:
             consumer.subscribe([self.topic.name], on_assign=self.on_assign, on_revoke=self.on_revoke)
             polls = 0
             while not self.stopping.is_set() and time.monotonic() < until:
                 start = self.history.now()
-                try:
-                    records = consumer.poll(POLL_MS)
-                except Exception as exc:
-                    value = {"generation": consumer.generation_id(), "records": []}
-                    self.history.add(self.process, "poll", FAIL, start, value, error=repr(exc))
-                    self.stopping.wait(0.1)
-                    continue
+                records = [m for m in consumer.consume(POLL_RECORDS_MAX, POLL_S) if m.error() is None]
                 if records:
                     self.polled += len(records)
-                    rows = [[r.topic, r.partition, r.offset, (r.value or b"").decode()] for r in records]
-                    value = {"generation": consumer.generation_id(), "records": rows}
+                    value = {"generation": self.generation, "records": rows(records)}
                     self.history.add(self.process, "poll", OK, start, value)
                     self.commit(consumer, records)
                 polls += 1
                 if polls % COMMITTED_EVERY == 0 and consumer.assignment():
                     self.fetch_committed(consumer)
+        finally:
+            consumer.close()  # leaves the group
 
-    def on_assign(self, partitions: list[TopicPartition]) -> None:
-        assert self.consumer is not None
-        value = {"generation": self.consumer.generation_id(),
+    def on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.generation += 1
+        value = {"generation": self.generation,
                  "partitions": sorted([tp.topic, tp.partition] for tp in partitions)}  # fmt: skip
         self.history.add(self.process, "assign", OK, self.history.now(), value)
 
-    def on_revoke(self, partitions: list[TopicPartition]) -> None:
-        assert self.consumer is not None
-        value = {"generation": self.consumer.generation_id(),
+    def on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        value = {"generation": self.generation,
                  "partitions": sorted([tp.topic, tp.partition] for tp in partitions)}  # fmt: skip
         self.history.add(self.process, "revoke", OK, self.history.now(), value)
 
-    def commit(self, consumer: Consumer, records: list[ConsumerRecord]) -> None:
-        from pykraft.consumer_coordinator import CommitFailedError  # only with consumer groups
-
-        offsets = {TopicPartition(r.topic, r.partition): r.offset + 1 for r in records}
-        value = {"group": self.GROUP, "generation": consumer.generation_id(),
-                 "offsets": sorted([tp.topic, tp.partition, o] for tp, o in offsets.items())}  # fmt: skip
+    def commit(self, consumer: Consumer, records: list[Message]) -> None:
+        offsets = {(m.topic(), m.partition()): m.offset() + 1 for m in records}
+        value = {"group": self.GROUP, "generation": self.generation,
+                 "offsets": sorted([t, p, o] for (t, p), o in offsets.items())}  # fmt: skip
         start = self.history.now()
         try:
-            consumer.commit(offsets)
-        except CommitFailedError as exc:
-            self.history.add(self.process, "commit", FAIL, start, value, error=repr(exc))
-        except Exception as exc:
-            self.history.add(self.process, "commit", INFO, start, value, error=repr(exc))
+            answered = consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                                       asynchronous=False)  # fmt: skip
+        except KafkaException as exc:
+            refused = exc.args[0].code() in COMMIT_REFUSED
+            self.history.add(self.process, "commit", FAIL if refused else INFO, start, value, error=str(exc))
+            return
+        errors = [tp.error for tp in answered or [] if tp.error is not None]
+        if errors:
+            self.history.add(self.process, "commit", INFO, start, value, error=str(errors[0]))
         else:
             self.history.add(self.process, "commit", OK, start, value)
 
     def fetch_committed(self, consumer: Consumer) -> None:
         start = self.history.now()
         try:
-            committed = consumer.committed(list(consumer.assignment()))
-        except Exception as exc:
-            value = {"group": self.GROUP, "generation": consumer.generation_id(), "offsets": []}
-            self.history.add(self.process, "committed", INFO, start, value, error=repr(exc))
+            committed = consumer.committed(consumer.assignment(), timeout=METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            value = {"group": self.GROUP, "generation": self.generation, "offsets": []}
+            self.history.add(self.process, "committed", INFO, start, value, error=str(exc))
             return
-        offsets = sorted([tp.topic, tp.partition, o] for tp, o in committed.items() if o is not None)
-        value = {"group": self.GROUP, "generation": consumer.generation_id(), "offsets": offsets}
+        offsets = sorted([tp.topic, tp.partition, tp.offset] for tp in committed
+                         if tp.error is None and tp.offset >= 0)  # fmt: skip
+        value = {"group": self.GROUP, "generation": self.generation, "offsets": offsets}
         self.history.add(self.process, "committed", OK, start, value)
 
 

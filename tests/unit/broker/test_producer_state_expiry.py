@@ -106,7 +106,7 @@ def test_idle_producer_expires_after_the_configured_time(harness: Harness, clock
     assert produce(harness, 5, [b"probe"]).code == ErrorCode.UNKNOWN_PRODUCER_ID
     assert PID not in harness.managers[101].producer_states[KEY].state.producers
     assert harness.managers[101].logs[KEY].log_end_offset == 2
-    clock.now_ms += 1  # the producer comes back with a bumped epoch from sequence 0 (pykraft.producer)
+    clock.now_ms += 1  # the producer comes back with a bumped epoch from sequence 0 (KIP-360)
     assert produce(harness, 0, [b"c"]).code == ErrorCode.NONE
 
 
