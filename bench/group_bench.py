@@ -14,11 +14,12 @@ revoke/assign callbacks and fetch restarts.
   of the new generation and together they own every partition exactly once. Members learn of the
   rebalance from a heartbeat, so up to one heartbeat interval is part of it (Kafka's default
   heartbeat.interval.ms is 3 s; here 100 ms). Each round then adds a member back (not timed).
-- **The same with real consumers**: ``--members`` ``pykraft.Consumer`` objects (eager ``range``
-  assignor, the same heartbeat and session settings), each polled by its own thread in this process;
-  one closes (LeaveGroup); the time until the others' assignments of the new generation cover every
-  partition exactly once. This adds the client's share: its heartbeat thread, JoinGroup/SyncGroup
-  across polls, revoke/assign.
+- **The same with real consumers**: ``--members`` confluent-kafka (librdkafka) consumers over the
+  brokers' Kafka listeners (eager ``range`` assignor, the same heartbeat and session settings), each
+  polled by its own thread in this process; one closes (LeaveGroup); the time until the others'
+  assignments cover every partition exactly once, counted from their ``on_assign`` callbacks after
+  the close. This adds the client's share: its heartbeat thread, JoinGroup/SyncGroup across polls,
+  revoke/assign. (Since issue 16 §3; before, pykraft's own gRPC ``Consumer``.)
 - **Rebalance time after a crash**: the same, but the member just stops (no LeaveGroup): the
   session timeout (``--session-ms``) dominates.
 - **Offset commits/s**: a member of the Stable group commits one partition's offset per request
@@ -49,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+from confluent_kafka import Consumer  # noqa: E402
 
 from broker.group_metadata import OffsetAndMetadata, OffsetCommitRecord  # noqa: E402
 from broker.offsets_codec import encode_batch  # noqa: E402
@@ -56,7 +58,6 @@ from proto import broker_pb2, broker_pb2_grpc, group_pb2, group_pb2_grpc  # noqa
 from proto.errors import ErrorCode  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 from pykraft.cluster import LocalCluster  # noqa: E402
-from pykraft.consumer import Consumer  # noqa: E402
 
 TOPIC = "group-bench"
 PRODUCE_TOPIC = "group-bench-produce"
@@ -243,31 +244,35 @@ async def rebalances(address: str, args: argparse.Namespace, crash: bool, rounds
 
 
 class ConsumerMember:
-    """A real ``pykraft.Consumer`` in the group, polled by its own thread; after each poll the thread
-    publishes (generation, assignment) for the main thread (the consumer itself is not thread-safe)."""
+    """A confluent-kafka consumer in the group, polled by its own thread. librdkafka does not expose
+    the group's generation id: ``view`` is (the number of assignments this member received, its
+    partitions), published after each poll for the main thread."""
 
     def __init__(self, bootstrap: str, args: argparse.Namespace, group: str) -> None:
-        self.consumer = Consumer(
-            bootstrap,
-            group_id=group,
-            session_timeout_ms=args.session_ms,
-            heartbeat_interval_ms=args.heartbeat_ms,
-            enable_auto_commit=False,
-            partition_assignment_strategy=("range",),
-        )
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "session.timeout.ms": args.session_ms,
+            "heartbeat.interval.ms": args.heartbeat_ms, "enable.auto.commit": False,
+            "partition.assignment.strategy": "range",
+        })  # fmt: skip
+        self.assignments = 0
+        self.owned: frozenset[int] = frozenset()
         self.view: tuple[int, frozenset[int]] = (-1, frozenset())
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
+    def _on_assign(self, _consumer, partitions) -> None:
+        self.assignments += 1
+        self.owned = frozenset(tp.partition for tp in partitions)
+
+    def _on_revoke(self, _consumer, _partitions) -> None:
+        self.owned = frozenset()
+
     def _run(self) -> None:
-        self.consumer.subscribe([TOPIC])
+        self.consumer.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke)
         while not self.stopping.is_set():
-            self.consumer.poll(50)
-            self.view = (
-                self.consumer.generation_id(),
-                frozenset(tp.partition for tp in self.consumer.assignment()),
-            )
+            self.consumer.poll(0.05)
+            self.view = (self.assignments, self.owned)
         self.consumer.close()  # LeaveGroup
 
     def stop(self) -> None:
@@ -275,16 +280,18 @@ class ConsumerMember:
         self.thread.join(WAIT_S)
 
 
-def consumers_settled(members: list[ConsumerMember], partitions: int, after_generation: int) -> bool:
+def consumers_settled(members: list[ConsumerMember], partitions: int, after: list[int]) -> bool:
+    """Every member was assigned again since ``after`` (its assignment count then) and together they
+    own every partition exactly once."""
     views = [m.view for m in members]
-    if len({g for g, _ in views}) != 1 or views[0][0] <= after_generation:
+    if any(count <= before for (count, _), before in zip(views, after, strict=True)):
         return False
     return sorted(p for _, owned in views for p in owned) == list(range(partitions))
 
 
-def wait_consumers(members: list[ConsumerMember], partitions: int, after_generation: int) -> float:
+def wait_consumers(members: list[ConsumerMember], partitions: int, after: list[int]) -> float:
     start = time.perf_counter()
-    while not consumers_settled(members, partitions, after_generation):
+    while not consumers_settled(members, partitions, after):
         if time.perf_counter() - start > WAIT_S:
             raise TimeoutError(f"consumers did not settle: {[m.view[0] for m in members]}")
         time.sleep(0.002)
@@ -295,19 +302,20 @@ def consumer_rebalances(bootstrap: str, args: argparse.Namespace) -> list[float]
     """Rebalance time with real consumers: one closes (LeaveGroup) -> the others own everything."""
     members = [ConsumerMember(bootstrap, args, GROUP + "-consumers") for _ in range(args.members)]
     try:
-        wait_consumers(members, args.partitions, 0)
+        wait_consumers(members, args.partitions, [0] * len(members))
         times = []
         for _ in range(args.rounds):
-            generation = members[0].view[0]
             victim = members.pop()
+            before = [m.view[0] for m in members]
             started = time.perf_counter()
             victim.stopping.set()  # its thread closes the consumer: LeaveGroup
-            wait_consumers(members, args.partitions, generation)
+            wait_consumers(members, args.partitions, before)
             times.append(time.perf_counter() - started)
             print(f"  consumers: {times[-1] * 1000:6.0f} ms", flush=True)
             victim.thread.join(WAIT_S)
+            before = [m.view[0] for m in members] + [0]
             members.append(ConsumerMember(bootstrap, args, GROUP + "-consumers"))
-            wait_consumers(members, args.partitions, members[0].view[0])
+            wait_consumers(members, args.partitions, before)
         return times
     finally:
         for m in members:
@@ -482,8 +490,8 @@ def main() -> int:
                 flush=True,
             )
             leave, crash, figures = asyncio.run(measure(coordinator, produce_leader, args))
-            print("rebalance with pykraft.Consumer members (close -> LeaveGroup):", flush=True)
-            consumers = consumer_rebalances(cluster.bootstrap, args)
+            print("rebalance with confluent-kafka members (close -> LeaveGroup):", flush=True)
+            consumers = consumer_rebalances(cluster.kafka_bootstrap, args)
         finally:
             cluster.down(timeout_s=15)
             for spec in cluster.nodes:
@@ -494,7 +502,7 @@ def main() -> int:
         f"(min {min(leave) * 1000:.0f}, max {max(leave) * 1000:.0f}) over {len(leave)} rounds"
     )
     print(
-        f"rebalance, pykraft.Consumer members, after close: median {statistics.median(consumers) * 1000:.0f}"
+        f"rebalance, confluent-kafka members, after close: median {statistics.median(consumers) * 1000:.0f}"
         f" ms (min {min(consumers) * 1000:.0f}, max {max(consumers) * 1000:.0f})"
     )
     print(

@@ -3,8 +3,9 @@
 The proxy is the fault-injecting one of tests/chaos (never partitioning here): it names the node
 process behind each connection, which shows whose fetcher dialled whose advertised port.
 
-Rules under test (Kafka's ``advertised.listeners``): a broker registers its advertised endpoint, not
-its listen address, so Metadata and DescribeCluster return the proxy's port and clients dial it;
+Rules under test (Kafka's ``advertised.listeners``): a broker registers its advertised endpoints (gRPC
+and Kafka), not its listen addresses, so Metadata and DescribeCluster return the proxy's ports and
+clients dial them;
 replica fetchers dial the leader's registered Kafka endpoint (replication is a Kafka Fetch: an
 ``acks=all`` produce with ``min.insync.replicas=2`` commits only once the follower fetched there);
 controllers listen apart from their ``--voters`` entries and still elect a leader (the voters dial
@@ -18,11 +19,11 @@ from pathlib import Path
 
 import pytest
 from broker_cluster import FAST_OVERRIDES, RPC_TIMEOUT_S, BrokerCluster
+from confluent_kafka import Producer
 
 from proto import broker_pb2
 from pykraft.cli_cluster import wait_ready
 from pykraft.cluster import LocalCluster
-from pykraft.producer import Producer
 from tests.chaos.cluster import ProxyControl, start_proxied
 
 pytestmark = pytest.mark.integration
@@ -53,16 +54,19 @@ def test_brokers_advertise_the_proxy_and_replicate_through_it(
     bc, proxy = proxied
     cluster = bc.cluster
     advertised = {spec.node_id: spec.advertised_port for spec in cluster.broker_nodes}
+    kafka_advertised = {spec.node_id: spec.kafka_advertised_port for spec in cluster.broker_nodes}
     listening = {spec.node_id: spec.port for spec in cluster.broker_nodes}
-    assert not set(advertised.values()) & set(listening.values())
+    kafka_listening = {spec.node_id: spec.kafka_port for spec in cluster.broker_nodes}
+    dialled = {*advertised.values(), *kafka_advertised.values()}
+    assert not dialled & {*listening.values(), *kafka_listening.values()}
 
-    # The gRPC endpoint (first: gRPC callers take a broker's first endpoint) is the proxy's port; the
-    # Kafka listener (PLAINTEXT) registers the port it bound, which is not proxied here.
+    # Both endpoints register the proxy's ports: the gRPC one (first: gRPC callers take a broker's
+    # first endpoint) and the Kafka listener (PLAINTEXT).
     registered = {b.broker_id: b.endpoints for b in bc.admin.describe_cluster().brokers}
-    assert {i: e[0] for i, e in registered.items()} == {
-        i: ("GRPC", "127.0.0.1", port) for i, port in advertised.items()
+    assert registered == {
+        i: (("GRPC", "127.0.0.1", port), ("PLAINTEXT", "127.0.0.1", kafka_advertised[i]))
+        for i, port in advertised.items()
     }, registered
-    assert all([name for name, _, _ in e] == ["GRPC", "PLAINTEXT"] for e in registered.values()), registered
     for broker_id in advertised:
         response = bc.stub(broker_id).Metadata(broker_pb2.MetadataRequest(), timeout=RPC_TIMEOUT_S)
         assert {b.node_id: b.port for b in response.brokers} == advertised
@@ -73,11 +77,13 @@ def test_brokers_advertise_the_proxy_and_replicate_through_it(
     bc.wait_isr(TOPIC, {leader, follower})
     result = bc.produce(leader, TOPIC, [b"a", b"b", b"c"], acks=-1)
     assert result.code == 0, result
-    with Producer(cluster.bootstrap, acks="all") as producer:
-        assert producer.send(TOPIC, value=b"d").result().offset == 3
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"})
+    offsets: list[int] = []
+    producer.produce(TOPIC, b"d", on_delivery=lambda e, m: offsets.append(-1 if e else m.offset()))
+    assert producer.flush(READY_TIMEOUT_S) == 0 and offsets == [3], offsets
 
-    # The voters dialled each other through the proxy (the follower's fetcher uses the leader's Kafka
-    # endpoint, PLAINTEXT, which is not proxied here: the acks=all commits above show it replicated).
-    assert any(k.startswith("controller-") and k.split(">")[1].startswith("controller-")
-               for k in proxy.connections())  # fmt: skip
+    # The voters dialled each other through the proxy, and the follower's fetcher dialled the leader's
+    # Kafka endpoint there (the acks=all commits above show it replicated).
+    links = {tuple(n.split("-")[0] for n in k.split(">")) for k in proxy.connections()}
+    assert {("controller", "controller"), ("broker", "broker")} <= links, proxy.connections()
     assert bc.high_watermark(leader, TOPIC) == 4

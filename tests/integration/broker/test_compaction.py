@@ -1,7 +1,7 @@
 """Log compaction against real processes: 3 controllers + 3 brokers, the cleaner every 200 ms.
 
-Issue 8: a compacted topic produced with repeated keys reads back — from the beginning, with the
-pykraft Consumer — as "last value per key", every record at the offset it was produced at, tombstoned
+Issue 8: a compacted topic produced with repeated keys reads back — from the beginning, with a
+confluent-kafka consumer — as "last value per key", every record at the offset it was produced at, tombstoned
 keys gone after delete.retention.ms; and produce and fetch keep working while the cleaner runs.
 """
 
@@ -11,13 +11,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from proto import errors
-from pykraft.consumer import Consumer
-from pykraft.producer import Producer
-from pykraft.types import ConsumerRecord, TopicPartition
 from storage.log import Log
 from storage.record_batch import iter_batches
 from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
@@ -38,17 +36,47 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
         yield bc
 
 
-def read_from_beginning(bootstrap: str, topic: str, end_offset: int) -> list[ConsumerRecord]:
+class Record(NamedTuple):
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def read_from_beginning(bootstrap: str, topic: str, end_offset: int) -> list[Record]:
     """Every record of partition 0 below ``end_offset``, read from the log start (bounded in time)."""
-    tp = TopicPartition(topic, 0)
-    records: list[ConsumerRecord] = []
+    records: list[Record] = []
     deadline = time.monotonic() + TIMEOUT_S
-    with Consumer(bootstrap, auto_offset_reset="earliest", retry_backoff_ms=50) as consumer:
-        consumer.assign([tp])
-        while consumer.position(tp, timeout_ms=10_000) < end_offset:
-            assert time.monotonic() < deadline, f"read only up to {consumer.position(tp)} of {end_offset}"
-            records += consumer.poll(200)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compaction-reader",  # assign only
+                         "enable.auto.commit": False, "retry.backoff.ms": 50})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        position = 0
+        while position < end_offset:
+            assert time.monotonic() < deadline, f"read only up to {position} of {end_offset}"
+            for m in consumer.consume(1000, 0.2):
+                assert m.error() is None, m.error()
+                records.append(Record(m.offset(), m.key(), m.value()))
+                position = m.offset() + 1
+    finally:
+        consumer.close()
     return [r for r in records if r.offset < end_offset]
+
+
+def acked_producer(bootstrap: str, **config: object) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **config})
+
+
+def send_all(producer: Producer, topic: str, records: list[tuple[bytes, bytes | None]],
+             timeout_s: float) -> list[int]:  # fmt: skip
+    """Send ``records`` to partition 0 (pipelined) and wait for every acknowledgement: their offsets."""
+    reports: list[tuple[int, KafkaError | None, int]] = []
+    for i, (key, value) in enumerate(records):
+        producer.produce(topic, value, key=key, partition=0,
+                         on_delivery=lambda e, m, i=i: reports.append((i, e, m.offset())))  # fmt: skip
+    assert producer.flush(timeout_s) == 0, f"not acknowledged within {timeout_s} s"
+    errors = [e for _, e, _ in reports if e is not None]
+    assert not errors, errors[:3]
+    return [offset for _, _, offset in sorted(reports)]
 
 
 class KeyedWriter(threading.Thread):
@@ -57,7 +85,8 @@ class KeyedWriter(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True)
-        self.producer = Producer(bootstrap, acks="all", linger_ms=2, batch_size=2048, request_timeout_ms=5000)
+        self.producer = acked_producer(bootstrap, **{"linger.ms": 2, "batch.size": 2048,
+                                                     "request.timeout.ms": 5000})  # fmt: skip
         self.topic = topic
         self.produced: dict[int, tuple[bytes, bytes | None]] = {}
         self.slowest_s = 0.0
@@ -67,9 +96,9 @@ class KeyedWriter(threading.Thread):
     def send(self, *records: tuple[bytes, bytes | None]) -> None:
         """Send ``records`` (pipelined) and wait for every acknowledgement."""
         started = time.monotonic()
-        futures = [self.producer.send(self.topic, value, key=key, partition=0) for key, value in records]
-        for (key, value), future in zip(records, futures, strict=True):
-            self.produced[future.result(SEND_LATENCY_MAX_S * 2).offset] = (key, value)
+        offsets = send_all(self.producer, self.topic, list(records), SEND_LATENCY_MAX_S * 2)
+        for record, offset in zip(records, offsets, strict=True):
+            self.produced[offset] = record
         self.slowest_s = max(self.slowest_s, time.monotonic() - started)
 
     def run(self) -> None:
@@ -88,7 +117,7 @@ def test_compacted_topic_reads_back_as_last_value_per_key(cluster: BrokerCluster
         topic, partitions=1, rf=3, cleanup_policy="compact", segment_bytes="16384",
         min_cleanable_dirty_ratio="0.01", delete_retention_ms="0", min_insync_replicas="2",
     )  # fmt: skip
-    bootstrap = cluster.cluster.bootstrap
+    bootstrap = cluster.cluster.kafka_bootstrap
     writer = KeyedWriter(bootstrap, topic)
     try:
         for round_ in range(30):  # every key, many times; the first keys end with a tombstone
@@ -108,7 +137,7 @@ def test_compacted_topic_reads_back_as_last_value_per_key(cluster: BrokerCluster
     finally:
         writer.stop.set()
         writer.join(SEND_LATENCY_MAX_S * 3)
-        writer.producer.close()
+        writer.producer.flush(SEND_LATENCY_MAX_S)
     assert writer.error is None, writer.error
     assert writer.slowest_s < SEND_LATENCY_MAX_S, f"an acks=all send took {writer.slowest_s:.1f} s"
 
@@ -132,10 +161,13 @@ def test_compacted_topic_reads_back_as_last_value_per_key(cluster: BrokerCluster
 def test_keyless_record_is_refused_by_a_compacted_topic(cluster: BrokerCluster) -> None:
     topic = "compacted-keyless"
     cluster.create_topic(topic, partitions=1, rf=3, cleanup_policy="compact")
-    with Producer(cluster.cluster.bootstrap, acks="all", retries=0, request_timeout_ms=5000) as producer:
-        with pytest.raises(errors.InvalidRecordError, match="has no key"):
-            producer.send(topic, b"no key", partition=0).result(30)
-        assert producer.send(topic, b"keyed", key=b"k", partition=0).result(30).offset == 0
+    producer = Producer({"bootstrap.servers": cluster.cluster.kafka_bootstrap, "acks": "all", "retries": 0})
+    reports: list[tuple[KafkaError | None, int]] = []
+    producer.produce(topic, b"no key", partition=0, on_delivery=lambda e, m: reports.append((e, m.offset())))
+    assert producer.flush(30) == 0
+    ((error, _),) = reports
+    assert error is not None and error.code() == KafkaError.INVALID_RECORD, error
+    assert send_all(producer, topic, [(b"k", b"keyed")], 30) == [0]
 
 
 def log_records(directory: Path) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -166,15 +198,14 @@ def test_a_replica_that_was_down_catches_up_from_a_compacted_leader(cluster: Bro
     cluster.cluster.kill_node(spec)
     cluster.wait_isr(topic, {101, 102, 103} - {lagging})
     produced: dict[int, tuple[bytes, bytes]] = {}
-    with Producer(cluster.cluster.bootstrap, acks="all", linger_ms=2, batch_size=1024) as producer:
-        for round_ in range(40):
-            records = [(key, b"%s=%02d" % (key, round_)) for key in KEYS]
-            futures = [producer.send(topic, value, key=key, partition=0) for key, value in records]
-            for record, future in zip(records, futures, strict=True):
-                produced[future.result(30).offset] = record
+    producer = acked_producer(cluster.cluster.kafka_bootstrap, **{"linger.ms": 2, "batch.size": 1024})
+    for round_ in range(40):
+        records = [(key, b"%s=%02d" % (key, round_)) for key in KEYS]
+        for record, offset in zip(records, send_all(producer, topic, records, 30), strict=True):
+            produced[offset] = record
     end = max(produced) + 1
     wait_for(
-        lambda: len(read_from_beginning(cluster.cluster.bootstrap, topic, end)) < end // 2,
+        lambda: len(read_from_beginning(cluster.cluster.kafka_bootstrap, topic, end)) < end // 2,
         TIMEOUT_S, "the leader to compact", 0.5,
     )  # fmt: skip
     cluster.cluster.start_node(spec)

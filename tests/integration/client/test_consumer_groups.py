@@ -23,10 +23,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from pykraft.consumer import Consumer
-from pykraft.producer import Producer
-from pykraft.types import TopicPartition
 from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -172,17 +171,31 @@ def wait_split(
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> None:
-    with Producer(bootstrap, acks="all", linger_ms=5) as producer:
-        futures = [producer.send(topic, v, partition=i % partitions) for i, v in enumerate(values)]
-        producer.flush(TIMEOUT_S)
-        for f in futures:
-            f.result(0)
+    """acks=all, idempotent (confluent-kafka); every record acknowledged, else the test fails."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5})  # fmt: skip
+    errors: list[KafkaError] = []
+    for i, v in enumerate(values):
+        producer.produce(topic, v, partition=i % partitions,
+                         on_delivery=lambda e, _m: errors.append(e) if e is not None else None)  # fmt: skip
+    left = producer.flush(TIMEOUT_S)
+    assert left == 0 and not errors, f"{left} records unacknowledged, errors {errors[:3]}"
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
-    with Consumer(bootstrap, group_id=group, request_timeout_ms=30_000) as consumer:
-        offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)])
-    return {tp.partition: offset for tp, offset in offsets.items()}
+    """The group's committed offsets (OffsetFetch); None where nothing is committed."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in offsets}
+
+
+def coordinator_id(bootstrap: str, group: str) -> int:
+    """The group coordinator's broker id (FindCoordinator, through DescribeGroups)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.describe_consumer_groups([group])[group].result(timeout=30).coordinator.id
 
 
 def until(condition: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
@@ -195,7 +208,8 @@ def test_three_members_share_six_partitions_and_survive_a_sigkill(
     """Each of 6 partitions owned by exactly one of 3 members; SIGKILL one -> its partitions are owned
     by the 2 others within the session timeout (plus a rebalance)."""
     cluster.create_topic("six", partitions=6)
-    processes += [ConsumerProcess(cluster.cluster.kafka_bootstrap, "six", "g-six") for _ in range(3)]
+    bootstrap = cluster.cluster.kafka_bootstrap
+    processes += [ConsumerProcess(bootstrap, "six", "g-six") for _ in range(3)]
     wait_split(processes, 6, "a 3-way split of 6 partitions")
     assert sorted(len(m.assignment()) for m in processes) == [2, 2, 2]
     victim = processes[0]
@@ -210,18 +224,18 @@ def test_at_least_once_across_a_consumer_crash(
 ) -> None:
     """Every produced record is printed; after a SIGKILL, the next member starts at the committed
     offsets, so the only records printed twice are those after the last commit."""
-    bootstrap = cluster.cluster.bootstrap
+    bootstrap = cluster.cluster.kafka_bootstrap
     topic, group, partitions, total = "alo", "g-alo", 3, 3000
     cluster.create_topic(topic, partitions=partitions)
     values = [b"v-%d" % i for i in range(total)]
     produce(bootstrap, topic, values, partitions)
-    first = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **{"max.poll.records": "7"})
+    first = ConsumerProcess(bootstrap, topic, group, **{"max.poll.records": "7"})
     processes.append(first)
     until(lambda: len(first.printed()) >= total // 3, "the first member printing a third of the records")
     first.kill()
     printed_before = first.printed()
     at_crash = committed(bootstrap, group, topic, partitions)
-    second = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group)
+    second = ConsumerProcess(bootstrap, topic, group)
     processes.append(second)
     until(lambda: len({r[2] for r in printed_before + second.printed()}) == total, "every record printed")
     seen = {r[2] for r in printed_before + second.printed()}
@@ -246,19 +260,15 @@ def test_committed_offsets_survive_a_coordinator_sigkill(
     """SIGKILL the broker that coordinates the group: every committed offset is still there (the new
     coordinator loads them from __consumer_offsets), and the members resume with the next records
     (nothing committed is printed again)."""
-    bootstrap = cluster.cluster.bootstrap
+    bootstrap = cluster.cluster.kafka_bootstrap
     topic, group, partitions = "resume", "g-resume", 4
     cluster.create_topic(topic, partitions=partitions, min_insync_replicas="1")
     produce(bootstrap, topic, [b"a-%d" % i for i in range(400)], partitions)
-    processes += [ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group) for _ in range(2)]
+    processes += [ConsumerProcess(bootstrap, topic, group) for _ in range(2)]
     until(lambda: sum(len(m.printed()) for m in processes) >= 400, "the first 400 records printed")
     until(lambda: committed(bootstrap, group, topic, partitions) == dict.fromkeys(range(partitions), 100),
           "offsets 100 committed on every partition")  # fmt: skip
-    with Consumer(bootstrap, group_id=group) as probe:
-        probe.committed([TopicPartition(topic, 0)])
-        coordinator = probe._group.core.coordinator
-    assert coordinator is not None
-    spec = cluster.broker(coordinator[0])
+    spec = cluster.broker(coordinator_id(bootstrap, group))
     cluster.cluster.kill_node(spec)
     try:
         assert committed(bootstrap, group, topic, partitions) == dict.fromkeys(range(partitions), 100)
@@ -280,18 +290,18 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(
 ) -> None:
     """KIP-345: SIGKILL a static member and restart it with the same group.instance.id within the
     session timeout: it gets the same partitions and the other member sees no rebalance."""
-    bootstrap = cluster.cluster.bootstrap
+    bootstrap = cluster.cluster.kafka_bootstrap
     topic, group = "static", "g-static"
     cluster.create_topic(topic, partitions=4)
     slow = {"session.timeout.ms": "15000"}
-    a = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **{"group.instance.id": "a", **slow})
-    b = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **{"group.instance.id": "b", **slow})
+    a = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "a", **slow})
+    b = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "b", **slow})
     processes += [a, b]
     took_s = wait_split([a, b], 4, "a 2-way split")
     before, b_lines = a.assignment(), b.rebalance_lines
     a.kill()
     started = time.monotonic()
-    a2 = ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **{"group.instance.id": "a", **slow})
+    a2 = ConsumerProcess(bootstrap, topic, group, **{"group.instance.id": "a", **slow})
     processes.append(a2)
     until(lambda: a2.assignment() == before, "the restarted static member's partitions")
     restart_s = time.monotonic() - started
@@ -310,10 +320,11 @@ def test_cooperative_sticky_moves_only_what_it_must(
     topic, group = "coop", "g-coop"
     cluster.create_topic(topic, partitions=6)
     coop = {"partition.assignment.strategy": "cooperative-sticky"}
-    processes += [ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **coop) for _ in range(2)]
+    bootstrap = cluster.cluster.kafka_bootstrap
+    processes += [ConsumerProcess(bootstrap, topic, group, **coop) for _ in range(2)]
     wait_split(processes, 6, "a 2-way split")
     before = [(m.assignment(), len(m.stderr)) for m in processes]
-    processes.append(ConsumerProcess(cluster.cluster.kafka_bootstrap, topic, group, **coop))
+    processes.append(ConsumerProcess(bootstrap, topic, group, **coop))
     wait_split(processes, 6, "a 3-way split")
     for member, (owned, lines_before) in zip(processes[:2], before, strict=True):
         assert len(member.assignment()) == 2 and member.assignment() <= owned, "members keep what they own"
