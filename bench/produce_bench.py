@@ -577,7 +577,7 @@ def report(args: argparse.Namespace, ours: dict, nats: dict) -> None:
     print(f"machine: {machine_info()}")
     print(f"nats: {nats['version']}, 3 nodes, stream R3 file storage, publish_async window {NATS_WINDOW}")
     print(f"pykraft: 3 controllers + 3 brokers (LocalCluster defaults), RF=3, min.insync.replicas=2; "
-          f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]}): "
+          f"confluent-kafka {confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]}): "
           f"acks=all, idempotence on, linger.ms={args.linger_ms}, batch.size={args.batch_size}")  # fmt: skip
     print(f"workload: {args.records:,} x {RECORD_BYTES}-byte records; latency {args.latency_samples} samples")
     print()
