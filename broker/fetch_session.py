@@ -28,7 +28,9 @@ opening one more evicts the least recently used. An evicted session's next incre
 FETCH_SESSION_ID_NOT_FOUND, which costs that follower one full request.
 
 The follower's handler mirrors the leader's state: it remembers what it sent in the session (the fetch
-state per partition) and builds the next request as the difference. Any failure of a request
+state per partition) and builds the next request as the difference; a partition answered with an error
+is listed again in the next request (``relist``), since the leader may not have taken it into the
+session. Any failure of a request
 (``reset``) throws that state away: the next request is ``(X, 0)``, a full one.
 """
 
@@ -229,6 +231,13 @@ class FetchSessionHandler:
         self.next_epoch = self.next_epoch + 1 if self.next_epoch < SESSION_ID_MAX else 1
         self._sent = pending
         return True
+
+    def relist(self, partitions: Iterable[TopicPartitionKey]) -> None:
+        """List ``partitions`` in the next request even if their state did not change: the leader
+        answered them with an error, and may not hold them in the session (a topic id it did not know
+        yet is answered UNKNOWN_TOPIC_ID outside the session) — unlisted, they would never be fetched."""
+        for tp in partitions:
+            self._sent.pop(tp, None)
 
     def reset(self) -> None:
         """A request failed (no answer, dropped connection): start over with a full request, which

@@ -224,6 +224,7 @@ class FetcherDriver:
                 return {}
             raise FetchAnswerError(f"the leader answered {code.name}")
         answers = self._answers(response)
+        self.session.relist(tp for tp, answer in answers.items() if answer.error != ErrorCode.NONE)
         await self._leader_log_ends(connection, plan, answers, timeout_s)
         return answers
 

@@ -151,3 +151,20 @@ def test_handler_and_cache_agree_over_many_rounds() -> None:
             h.reset()
         c.invariants()
     assert session_id != NO_SESSION_ID
+
+
+def test_a_partition_answered_with_an_error_is_listed_again() -> None:
+    """Regression: the leader answers a topic id it does not know yet (UNKNOWN_TOPIC_ID) outside the
+    session. Unless the follower lists that partition again, its later incremental requests never name
+    it, the leader never fetches it, and the follower falls out of the ISR for good."""
+    c, h = cache(), FetchSessionHandler()
+    request = h.build({A: state(0)})
+    context = c.new_context(FOLLOWER, request.session_id, request.session_epoch, {}, ())  # A: unknown id
+    assert h.handle_response(context.error, context.session_id)
+    h.relist([A])
+    again = h.build({A: state(0)})
+    assert again.session_epoch == 1 and set(again.partitions) == {A}
+    context = c.new_context(
+        FOLLOWER, again.session_id, again.session_epoch, again.partitions, again.forgotten
+    )
+    assert context.partitions == {A: state(0)}
