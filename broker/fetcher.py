@@ -5,8 +5,8 @@ Theory of operation (Kafka's ``AbstractFetcherThread`` with KIP-595's diverging 
 One ``ReplicaFetcher`` per (this broker, leader broker). It holds, for every partition this broker
 follows on that leader, where the local log ends (``fetch_offset`` = the local log end offset and
 ``last_fetched_epoch`` = the local log's latest epoch) and the leader epoch it follows. It builds one
-Fetch request for all ready partitions at a time (``build_request``); the driver sends it over
-ReplicaService and hands the answer to ``handle_response``, which turns each partition's answer into
+Fetch request for all ready partitions at a time (``build_request``); the driver sends it as a Kafka
+Fetch and hands the answer to ``handle_response``, which turns each partition's answer into
 an action for the driver:
 
 - records: ``AppendRecords`` (append as follower, then ``Partition.on_local_append`` and
@@ -86,7 +86,7 @@ class FetchRequestPlan:
 
 @dataclass(frozen=True, slots=True)
 class FetchedPartition:
-    """One partition of the leader's answer, decoded from ReplicaService's response."""
+    """One partition of the leader's answer, decoded from its Fetch response."""
 
     error: ErrorCode
     high_watermark: int

@@ -16,7 +16,7 @@ Counted as events happen:
   partition's ISR with the one seen last in the same leader epoch; the broker calls it after every
   metadata update and AlterPartition answer. A new leadership starts a new baseline (not counted).
 - ``pykraft_broker_requests_total`` and ``pykraft_broker_request_latency_seconds`` (label ``api``:
-  ``Produce``, ``Fetch``, ``ReplicaFetch``, ...): request rates and latencies, timed around each
+  ``Produce``, ``Fetch``, ...): request rates and latencies, timed around each
   gRPC handler by ``RequestTimer`` (a server interceptor), whatever the answer's error code.
 
 The Kafka listener (``broker.network``, ``broker.handlers``), label ``api`` = Kafka's API name
@@ -65,8 +65,6 @@ TIMED_METHODS = {
     "/pykraft.broker.BrokerService/Fetch": "Fetch",
     "/pykraft.broker.BrokerService/Metadata": "Metadata",
     "/pykraft.broker.BrokerService/ListOffsets": "ListOffsets",
-    "/pykraft.replica.ReplicaService/Fetch": "ReplicaFetch",
-    "/pykraft.replica.ReplicaService/OffsetsForLeaderEpoch": "OffsetsForLeaderEpoch",
     **{
         f"/pykraft.group.GroupService/{api}": api
         for api in (

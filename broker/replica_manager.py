@@ -3,7 +3,7 @@
 It wires the sans-I/O cores to the partition logs: ``storage.log.Log`` holds the bytes,
 ``broker.partition.Partition`` decides (HW, ISR, epochs), the purgatories park acks=all produces and
 long-poll fetches. It is synchronous and single-threaded: the broker's asyncio loop calls it from the
-gRPC handlers (``broker.broker_service``, ``broker.replica_service``), the fetcher tasks
+gRPC handlers (``broker.broker_service``), the Kafka request handlers (``broker.handlers``), the fetcher tasks
 (``broker.fetcher_driver``) and the metadata follower (``broker.server``). What needs the network goes
 out through two callbacks: ``FetcherControl`` (start / stop following a partition on a leader) and
 ``send_alter_partition(topic_id, proposal)``; parked operations are answered through the callback
@@ -61,8 +61,8 @@ FetchPurgatory for the partition (followers long-polling for new data). acks=0/1
 leader_epoch)}, check)`` with ``check = partition.check_enough_replicas_reach_offset``; the gRPC
 handler awaits a future the driver resolves when the operation completes or expires.
 
-Follower fetch (ReplicaService.Fetch, on the leader)
-----------------------------------------------------
+Follower fetch (a Kafka Fetch with a replica id, on the leader)
+---------------------------------------------------------------
 Refuse a ``broker_epoch`` older than the image's registration of ``replica_id`` (STALE_BROKER_EPOCH),
 checked again when a parked fetch completes. The partition records the fetch's broker epoch; it
 proposes an ISR expansion only for an eligible follower (``Partition.isr_ineligibility``: per the

@@ -1,8 +1,9 @@
 """The data broker process: ``pykraft broker --node-id 101 --listen H:P --controllers H:P,... --data-dir D``.
 
 Startup, in order:
-1. serve BrokerService, ReplicaService, AdminService (forwarded to the controllers) and health
-   (NOT_SERVING until ready) on ``--listen``;
+1. serve BrokerService, AdminService (forwarded to the controllers) and health (NOT_SERVING until
+   ready) on ``--listen``, and the Kafka protocol on every Kafka listener (clients, and the other
+   brokers' replica fetchers: replication is a Kafka Fetch, ``broker.handlers.replica_fetch``);
 2. register with the active controller (any controller forwards there) with a fresh incarnation id,
    getting a broker epoch (the offset of the registration record). The registration carries the
    cluster id of the data directory's ``meta.properties`` (``proto.meta_properties``; written from the
@@ -66,7 +67,6 @@ from broker.network import KafkaListener, ListenerSettings
 from broker.partition import AlterPartitionProposal
 from broker.producer_ids import ProducerIdManager, controller_block_allocator
 from broker.replica_manager import ReplicaManager
-from broker.replica_service import ReplicaServicer
 from metadata.image import MetadataImage, MetadataReplayError
 from metadata.records import ConfigRecord, CorruptMetadataError, decode_batch
 from proto import (
@@ -78,7 +78,6 @@ from proto import (
     controller_pb2_grpc,
     group_pb2_grpc,
     metadata_pb2,
-    replica_pb2_grpc,
 )
 from proto.errors import ErrorCode
 from proto.listeners import (
@@ -105,7 +104,6 @@ EXIT_USAGE = 2
 EXIT_FAILED = 1
 SERVICE_NAMES = [
     "pykraft.broker.BrokerService",
-    "pykraft.replica.ReplicaService",
     "pykraft.admin.AdminService",
     "pykraft.group.GroupService",
 ]
@@ -288,9 +286,6 @@ class BrokerNode:
                 producer_ids=self.producer_ids,
             ),
             self.server,
-        )
-        replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
-            ReplicaServicer(self.manager, monotonic_ms, self.metrics.observe_request), self.server
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminForwarder(self.forward_admin), self.server)
         group_pb2_grpc.add_GroupServiceServicer_to_server(

@@ -2,13 +2,13 @@
 
 ``fetch.handle_fetch`` hands a request whose replica id (v4-14 ``replica_id``; v15+ the KIP-903
 ``replica_state``: replica id and broker epoch) names a broker here. Every decision is
-``ReplicaManager.fetch_for_follower``'s, as for the gRPC ReplicaService before it: fencing (a broker
-that is not a replica of the partition gets NOT_LEADER_OR_FOLLOWER, a broker epoch older than the
-registered one STALE_BROKER_EPOCH, a stale leader epoch FENCED_LEADER_EPOCH), the diverging epoch from
-``last_fetched_epoch`` (v12+), recording the follower's log end offset — which moves the HW and
-completes parked acks=all produces in the same call — and parking the request in the follower-fetch
-purgatory until a partition has data or ``max_wait_ms`` passed (an append on the leader wakes it).
-Every answered partition carries the leader's HW and log start offset.
+``ReplicaManager.fetch_for_follower``'s (the gRPC ReplicaService that served it before is gone):
+fencing (a broker that is not a replica of the partition gets NOT_LEADER_OR_FOLLOWER, a broker epoch
+older than the registered one STALE_BROKER_EPOCH, a stale leader epoch FENCED_LEADER_EPOCH), the
+diverging epoch from ``last_fetched_epoch`` (v12+), recording the follower's log end offset — which
+moves the HW and completes parked acks=all produces in the same call — and parking the request in the
+follower-fetch purgatory until a partition has data or ``max_wait_ms`` passed (an append on the leader
+wakes it). Every answered partition carries the leader's HW and log start offset.
 
 The partitions come through the replica's fetch session (KIP-227, ``broker.fetch_session``): a full
 request lists them all; an incremental one only those whose fetch state changed, and the answer leaves

@@ -2,6 +2,9 @@
 
 Arrows: pykraft, spark -> proto; broker -> storage, metadata (image only), proto; metadata -> raft,
 proto; raft -> proto; storage -> proto. Core modules never import I/O or call module-level random.
+Replication is on the Kafka protocol (issue 16): the follower's fetcher speaks Kafka Fetch to the
+leader's Kafka listener, and no gRPC ReplicaService exists; gRPC carries Raft, the controller API and
+the admin API (plus, until they retire, BrokerService and GroupService).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ IO_MODULES = {"asyncio", "grpc", "socket", "threading", "time", "os", "subproces
 CORE_MODULES = [
     "raft/core.py",
     "broker/partition.py",
+    "broker/fetcher.py",
+    "broker/fetch_session.py",
     "broker/producer_state.py",
     "storage/compaction.py",
     "broker/group_coordinator.py",
@@ -76,3 +81,25 @@ def test_cores_are_sans_io(rel: str) -> None:
     assert "random.random(" not in source and "random.randint(" not in source, (
         f"{rel} calls module-level random; inject a seeded random.Random"
     )
+
+
+def test_replication_is_on_the_kafka_protocol() -> None:
+    """The replica fetcher dials the leader's Kafka listener (broker.kafka_client), not gRPC; the leader
+    answers follower fetches in the Kafka Fetch handler; no ReplicaService is left to serve them."""
+    driver = imported_modules(ROOT / "broker/fetcher_driver.py")
+    assert "broker.kafka_client" in driver and "grpc" not in {name.split(".")[0] for name in driver}
+    assert not (ROOT / "proto/replica.proto").exists() and not (ROOT / "broker/replica_service.py").exists()
+    users = [str(p.relative_to(ROOT)) for p in package_files() if "replica_pb2" in p.read_text()]
+    assert not users, f"{users} use the retired gRPC ReplicaService"
+    assert "handle_replica_fetch" in (ROOT / "broker/handlers/fetch.py").read_text()
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names

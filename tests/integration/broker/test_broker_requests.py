@@ -7,6 +7,7 @@ DESIGN.md "Core rules" and issue 5 §2: validation happens before anything is ap
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import threading
 import time
@@ -18,7 +19,9 @@ import crc32c
 import pytest
 from broker_cluster import BrokerCluster, batch, running_cluster, wait_for
 
+from broker.kafka_client import KafkaConnection
 from proto.errors import ErrorCode
+from proto.kafka import messages as m
 from pykraft.admin import AdminClient
 from storage.batch_header import ATTRIBUTES_POS, CRC_POS
 from storage.record_batch import decode_records
@@ -270,28 +273,32 @@ def test_offsets_for_leader_epoch(cluster: BrokerCluster, leader_moves: LeaderMo
     two leader changes of ``leader_moves``, the first epoch ends after its last record, the second
     (the other leader) after its one record, and the latest runs to the log end offset. A stale
     current epoch is fenced."""
-    import grpc
-
-    from proto import replica_pb2, replica_pb2_grpc
-
     leader = cluster.leader(TOPIC)
     current = cluster.describe(TOPIC).leader_epoch
-    with grpc.insecure_channel(cluster.broker(leader).address) as channel:
-        stub = replica_pb2_grpc.ReplicaServiceStub(channel)
+    spec = cluster.broker(leader)
 
-        def ask(epoch: int, current_epoch: int = current):
-            part = replica_pb2.OffsetForLeaderPartition(
-                partition=0, current_leader_epoch=current_epoch, leader_epoch=epoch
-            )
-            request = replica_pb2.OffsetsForLeaderEpochRequest(
-                replica_id=-1, topics=[replica_pb2.OffsetForLeaderTopic(name=TOPIC, partitions=[part])]
-            )
-            return stub.OffsetsForLeaderEpoch(request, timeout=10).topics[0].partitions[0]
+    def ask(epoch: int, current_epoch: int = current) -> m.OffsetForLeaderEpochResponseEpochEndOffset:
+        """OffsetForLeaderEpoch v4 on the leader's Kafka listener (what a follower's fetcher sends)."""
+        part = m.OffsetForLeaderEpochRequestOffsetForLeaderPartition(
+            partition=0, current_leader_epoch=current_epoch, leader_epoch=epoch
+        )
+        request = m.OffsetForLeaderEpochRequest(
+            replica_id=-1, topics=[m.OffsetForLeaderEpochRequestOffsetForLeaderTopic(TOPIC, [part])]
+        )
 
-        (e0, e1, _), (o0, o1) = leader_moves.epochs, leader_moves.offsets
-        first, second = ask(e0), ask(e1)
-        assert (first.error.code, first.leader_epoch, first.end_offset) == (0, e0, o0 + 1)
-        assert (second.error.code, second.leader_epoch, second.end_offset) == (0, e1, o1 + 1)
-        latest = ask(current)
-        assert latest.leader_epoch == current and latest.end_offset >= o1 + 1
-        assert ask(e0, current - 1).error.code == ErrorCode.FENCED_LEADER_EPOCH
+        async def call() -> m.OffsetForLeaderEpochResponse:
+            connection = await KafkaConnection.open("127.0.0.1", spec.kafka_port, "test", 10)
+            try:
+                return await connection.request(request, 4, 10)
+            finally:
+                await connection.close()
+
+        return asyncio.run(call()).topics[0].partitions[0]
+
+    (e0, e1, _), (o0, o1) = leader_moves.epochs, leader_moves.offsets
+    first, second = ask(e0), ask(e1)
+    assert (first.error_code, first.leader_epoch, first.end_offset) == (0, e0, o0 + 1)
+    assert (second.error_code, second.leader_epoch, second.end_offset) == (0, e1, o1 + 1)
+    latest = ask(current)
+    assert latest.leader_epoch == current and latest.end_offset >= o1 + 1
+    assert ask(e0, current - 1).error_code == ErrorCode.FENCED_LEADER_EPOCH

@@ -64,8 +64,9 @@ def test_leo_hw_and_request_metrics_move_after_produce(cluster: BrokerCluster, t
     assert value(leader_spec, "pykraft_broker_request_latency_seconds_count", api="Produce") >= 1
     assert value(leader_spec, "pykraft_broker_leader_partitions") >= 1
     followers = [s for s in cluster.cluster.broker_nodes if s.node_id != leader]
-    assert all(value(s, "pykraft_broker_requests_total", api="ReplicaFetch") is None for s in followers)
-    assert value(leader_spec, "pykraft_broker_requests_total", api="ReplicaFetch") >= 1
+    # Replication is a Kafka Fetch from each follower to the leader's Kafka listener (no consumer here).
+    assert all(value(s, "pykraft_kafka_requests_total", api="Fetch") is None for s in followers)
+    assert value(leader_spec, "pykraft_kafka_requests_total", api="Fetch") >= 1
 
 
 def test_killed_follower_makes_the_partition_under_replicated(cluster: BrokerCluster, topic: str) -> None:
