@@ -31,8 +31,6 @@ import grpc
 
 from proto import admin_pb2, admin_pb2_grpc, common_pb2, errors, metadata_pb2
 from proto.errors import ErrorCode
-from pykraft.group_admin import ConsumerGroupDescription, GroupAdmin, GroupListing, OffsetAndMetadata
-from pykraft.types import TopicPartition
 
 USE_DEFAULT = -1  # num_partitions / replication_factor: the cluster default
 NO_LEADER = -1
@@ -153,7 +151,6 @@ class AdminClient:
         self.timeout_s = timeout_s
         self._current = 0
         self._channel: grpc.Channel | None = None
-        self._group_admin: GroupAdmin | None = None
 
     def __enter__(self) -> AdminClient:
         return self
@@ -165,9 +162,6 @@ class AdminClient:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
-        if self._group_admin is not None:
-            self._group_admin.close()
-            self._group_admin = None
 
     def _stub(self) -> admin_pb2_grpc.AdminServiceStub:
         if self._channel is None:
@@ -356,46 +350,3 @@ class AdminClient:
         r = self._call("DescribeQuorum", admin_pb2.DescribeQuorumRequest())
         voters = tuple(VoterState(v.node_id, v.log_end_offset, v.lag, v.status) for v in r.voters)
         return QuorumDescription(r.leader_id, r.leader_epoch, r.high_watermark, voters)
-
-    # ---- consumer groups (the brokers' GroupService, through pykraft.group_admin) ----------
-
-    def groups(self) -> GroupAdmin:
-        """The group calls go to brokers: found once through DescribeCluster (unfenced brokers)."""
-        if self._group_admin is None:
-            brokers = [
-                f"{host}:{port}"
-                for b in self.describe_cluster().brokers
-                if not b.fenced
-                for _, host, port in b.endpoints[:1]
-            ]
-            if not brokers:
-                raise errors.error_for(
-                    ErrorCode.BROKER_NOT_AVAILABLE, "no unfenced broker is registered: start a broker first"
-                )
-            self._group_admin = GroupAdmin(brokers, self.timeout_s)
-        return self._group_admin
-
-    def list_consumer_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
-        return self.groups().list_consumer_groups(states)
-
-    def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
-        return self.groups().describe_consumer_group(group_id)
-
-    def list_consumer_group_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        return self.groups().list_consumer_group_offsets(group_id, partitions)
-
-    def alter_consumer_group_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
-    ) -> None:
-        self.groups().alter_consumer_group_offsets(group_id, offsets)
-
-    def delete_consumer_groups(self, group_ids: Iterable[str]) -> dict[str, errors.KafkaError | None]:
-        return self.groups().delete_consumer_groups(group_ids)
-
-    def list_offsets(
-        self, partitions: Iterable[TopicPartition], spec: str | int
-    ) -> dict[TopicPartition, int]:
-        """``"earliest"``, ``"latest"`` (the HW) or a timestamp in ms, per partition."""
-        return self.groups().list_offsets(partitions, spec)

@@ -38,8 +38,6 @@ CORE_MODULES = [
     "broker/group_coordinator.py",
     "broker/group_manager.py",
     "broker/group_metadata.py",
-    "pykraft/assignors.py",
-    "pykraft/consumer_coordinator.py",
     "metadata/controller.py",
     "metadata/image.py",
 ]
