@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 # name -> module providing ``add_parser(subparsers)``; the parser sets ``func``.
@@ -34,8 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs a subcommand. A closed stdout (``pykraft topics describe | head -1``) ends the command
+    quietly with 128 + SIGPIPE, as Unix tools do; Ctrl-C ends it with 128 + SIGINT, without a traceback
+    (``consume`` prints its summary first)."""
     args = build_parser().parse_args(argv)
-    code = args.func(args)
+    try:
+        code = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
     return int(code or 0)
 
 

@@ -41,15 +41,22 @@ from typing import Any, BinaryIO
 
 from pykraft.cli_kafka import (
     BOOTSTRAP_MISSING,
+    WHERE_KAFKA_LISTENERS,
+    BootstrapError,
+    ProduceError,
+    ProduceErrorWatch,
     add_bootstrap,
+    check_bootstrap,
     client_config,
     console_group_id,
     describe_error,
+    watched_logger,
 )
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C
 MY_COMMANDS = ("produce", "consume")
 FOREVER = -1
 PROGRESS_INTERVAL_MS = 10_000
@@ -146,6 +153,17 @@ def consumer_properties(items: list[str]) -> tuple[dict[str, str], int]:
     return settings, batch
 
 
+def _no_kafka_listener(bootstrap: str) -> int | None:
+    """Exit 1 at once, naming each address and what answers there, when no address of --bootstrap is a
+    Kafka listener (nothing listens, or it is a controller's gRPC port); None when one is."""
+    try:
+        check_bootstrap(bootstrap)
+    except BootstrapError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return None
+
+
 def _usage(message: str) -> int:
     print(f"Error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -169,17 +187,18 @@ class _Progress:
             print(self._line(now - self._started), file=sys.stderr, flush=True)
 
 
-def _check_partitions(client: Any, topic: str, partition: int | None) -> list[int]:
-    """The topic's partitions from a Metadata request; an unknown topic -> _Failed, a partition it
-    does not have -> _UsageError."""
+def _check_partitions(client: Any, topic: str, partition: int | None,
+                      timeout_s: float = METADATA_TIMEOUT_S) -> list[int]:  # fmt: skip
+    """The topic's partitions from a Metadata request (waiting at most ``timeout_s``); an unknown topic
+    -> _Failed, a partition it does not have -> _UsageError."""
     from confluent_kafka import KafkaException
 
     try:
-        metadata = client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+        metadata = client.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
         raise _Failed(
-            f"{describe_error(exc)} (is --bootstrap a broker's Kafka listener? `pykraft cluster status` "
-            "lists them in its KAFKA column)"
+            f"{describe_error(exc)}: no Metadata answer within {timeout_s:g} s from --bootstrap "
+            f"({WHERE_KAFKA_LISTENERS})"
         ) from None
     described = metadata.topics.get(topic)
     if described is None or described.error is not None:
@@ -195,27 +214,100 @@ def _check_partitions(client: Any, topic: str, partition: int | None) -> list[in
 
 
 class _DeliveryReport:
-    """Counts acknowledgements and failures; librdkafka calls it from ``poll``/``flush``."""
+    """Counts acknowledgements and failures; librdkafka calls it from ``poll``/``flush``. A failure
+    names the broker's last error for the record's partition when librdkafka reports only that it gave
+    up (``_MSG_TIMED_OUT`` after retrying NOT_ENOUGH_REPLICAS, ...)."""
 
-    def __init__(self) -> None:
+    def __init__(self, retries: _RetryReport) -> None:
         self.acknowledged = 0
         self.failed = 0
+        self._retries = retries
 
     def for_line(self, number: int) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, _msg: Any) -> None:
+        def on_delivery(err: Any, msg: Any) -> None:
             if err is None:
                 self.acknowledged += 1
                 return
             self.failed += 1
             if self.failed <= ERRORS_SHOWN:
-                print(f"Error: line {number}: {describe_error(err)}", file=sys.stderr, flush=True)
+                cause = self._retries.last_cause(msg.topic(), msg.partition())
+                last = f" (last cause: {cause})" if cause else ""
+                print(f"Error: line {number}: {describe_error(err)}{last}", file=sys.stderr, flush=True)
 
         return on_delivery
+
+
+class _RetryReport:
+    """Shows each retriable Produce error as it happens (``NOT_ENOUGH_REPLICAS for orders-0 (ISR 2 <
+    min.insync.replicas 3), retrying``): once when a partition's error changes, then again every
+    ``REPEAT_S`` while it lasts."""
+
+    REPEAT_S = 5.0
+
+    def __init__(self, watch: ProduceErrorWatch, bootstrap: str) -> None:
+        self._watch = watch
+        self._bootstrap = bootstrap
+        self._shown: dict[tuple[str, int], tuple[str, float]] = {}
+        self._causes: dict[tuple[str, int], str] = {}
+
+    def last_cause(self, topic: str, partition: int) -> str:
+        self.show(None)
+        return self._causes.get((topic, partition), "")
+
+    def show(self, producer: Any) -> None:
+        for error in self._watch.take():
+            key = (error.topic, error.partition)
+            now = time.monotonic()
+            shown = self._shown.get(key)
+            if shown is not None and shown[0] == error.name and now - shown[1] < self.REPEAT_S:
+                continue
+            cause = f"{error.name} for {error.topic}-{error.partition}"
+            if producer is not None and error.name == "NOT_ENOUGH_REPLICAS":
+                cause += self._isr_detail(producer, error)
+            elif self._causes.get(key, "").startswith(cause):
+                cause = self._causes[key]  # keep the detail found before
+            self._causes[key] = cause
+            self._shown[key] = (error.name, now)
+            if error.retriable:
+                print(f"{cause}, retrying", file=sys.stderr, flush=True)
+
+    def _isr_detail(self, producer: Any, error: ProduceError) -> str:
+        """`` (ISR 2 < min.insync.replicas 3)``, or as much of it as the cluster tells within a second."""
+        from confluent_kafka import KafkaException
+
+        isr = min_isr = None
+        try:
+            described = producer.list_topics(error.topic, timeout=1.0).topics[error.topic]
+            isr = len(described.partitions[error.partition].isrs)
+        except (KafkaException, KeyError):
+            pass
+        min_isr = _min_insync_replicas(self._bootstrap, error.topic)
+        if isr is None and min_isr is None:
+            return ""
+        return f" (ISR {'?' if isr is None else isr} < min.insync.replicas {min_isr or '?'})"
+
+
+def _min_insync_replicas(bootstrap: str, topic: str) -> str | None:
+    """The topic's effective min.insync.replicas (DescribeConfigs), None if not known within 2 s."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(client_config(bootstrap))
+    try:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        futures = admin.describe_configs([resource], request_timeout=2)
+        entries = next(iter(futures.values())).result(timeout=2)
+    except (KafkaException, TimeoutError, StopIteration):
+        return None
+    entry = entries.get("min.insync.replicas")
+    return None if entry is None else entry.value
 
 
 def run_produce(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
     if not args.bootstrap:
         return _usage(BOOTSTRAP_MISSING)
+    if (failed := _no_kafka_listener(args.bootstrap)) is not None:
+        return failed
     from confluent_kafka import KafkaException, Producer
 
     source = stdin or sys.stdin.buffer
@@ -225,25 +317,35 @@ def run_produce(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
         "acks": acks, "enable.idempotence": acks == "all", "compression.type": args.compression,
         "linger.ms": args.linger_ms, "batch.size": args.batch_size, "message.timeout.ms": args.timeout_ms,
     }  # fmt: skip
+    watch = ProduceErrorWatch()
+    config = client_config(args.bootstrap, **settings, debug="msg")  # "msg": each partition error
+    config["logger"] = watched_logger(args.client_log_level, watch)
     try:
-        producer = Producer(client_config(args.bootstrap, args.client_log_level, **settings))
+        producer = Producer(config)
     except KafkaException as exc:
         return _usage(describe_error(exc))
-    report = _DeliveryReport()
+    retries = _RetryReport(watch, args.bootstrap)
+    report = _DeliveryReport(retries)
     sent = [0]
     progress = _Progress(args.progress_interval_ms, lambda s: (
         f"produce: {sent[0]} records sent, {report.acknowledged} acknowledged, {report.failed} failed "
         f"after {s:.0f} s"))  # fmt: skip
     code = EXIT_OK
+
+    def tick() -> None:
+        retries.show(producer)
+        progress.tick()
+
     try:
         _check_partitions(producer, args.topic, args.partition)
-        code = _send_lines(producer, args, source, separator, report, sent, progress)
+        code = _send_lines(producer, args, source, separator, report, sent, tick)
         deadline = time.monotonic() + args.timeout_ms / 1000 + METADATA_TIMEOUT_S
         while producer.flush(1.0) > 0:
-            progress.tick()
+            tick()
             if time.monotonic() > deadline:
                 unacknowledged = len(producer)
                 raise _Failed(f"_TIMED_OUT: {unacknowledged} record(s) unacknowledged after --timeout-ms")
+        retries.show(producer)
     except _UsageError as exc:
         code = _usage(str(exc))
     except _Failed as exc:
@@ -258,7 +360,7 @@ def run_produce(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
 
 
 def _send_lines(producer: Any, args: argparse.Namespace, source: BinaryIO, separator: bytes | None,
-                report: _DeliveryReport, sent: list[int], progress: _Progress) -> int:  # fmt: skip
+                report: _DeliveryReport, sent: list[int], tick: Callable[[], None]) -> int:  # fmt: skip
     extra = {} if args.partition is None else {"partition": args.partition}
     for number, raw in enumerate(source, start=1):
         line = raw[:-1] if raw.endswith(b"\n") else raw
@@ -278,7 +380,7 @@ def _send_lines(producer: Any, args: argparse.Namespace, source: BinaryIO, separ
                 producer.poll(0.1)
         sent[0] += 1
         producer.poll(0)
-        progress.tick()
+        tick()
     return EXIT_OK
 
 
@@ -309,7 +411,11 @@ def run_consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int
         return _usage(str(exc))
     except KafkaException as exc:
         return _usage(f"{describe_error(exc)} (check --consumer-property)")
-    count = 0
+    if (failed := _no_kafka_listener(args.bootstrap)) is not None:
+        consumer.close()
+        return failed
+    total = [0]  # records printed so far (what the summary counts, even after Ctrl-C)
+    interrupted = False
     previous = _stop_on_sigterm() if args.group is not None else None
     try:
         if args.group is not None:
@@ -317,7 +423,9 @@ def run_consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int
             consumer.subscribe([args.topic], on_assign=_report("Assigned"), on_revoke=_report("Revoked"))
         else:
             _assign(consumer, args)
-        count = _print_records(consumer, args, out, batch)
+        _print_records(consumer, args, out, batch, total)
+    except KeyboardInterrupt:  # Ctrl-C: the summary, exit 130 as a shell expects, no traceback
+        interrupted = True
     except _Failed as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -329,14 +437,14 @@ def run_consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int
         consumer.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    print(f"Processed a total of {count} messages", file=sys.stderr)
-    return EXIT_OK
+    print(f"Processed a total of {total[0]} messages", file=sys.stderr)
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
 def _assign(consumer: Any, args: argparse.Namespace) -> None:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-    partitions = _check_partitions(consumer, args.topic, args.partition)
+    partitions = _check_partitions(consumer, args.topic, args.partition, _metadata_timeout_s(args))
     chosen = [args.partition] if args.partition is not None else partitions
     if args.offset == "earliest" or (args.offset is None and args.from_beginning):
         start = OFFSET_BEGINNING
@@ -352,6 +460,13 @@ def _assign(consumer: Any, args: argparse.Namespace) -> None:
         if start < 0:
             raise _UsageError(f"--offset must be >= 0, not {start}")
     consumer.assign([TopicPartition(args.topic, p, start) for p in chosen])
+
+
+def _metadata_timeout_s(args: argparse.Namespace) -> float:
+    """``consume --timeout-ms`` bounds the wait for metadata too."""
+    if args.timeout_ms == FOREVER:
+        return METADATA_TIMEOUT_S
+    return min(METADATA_TIMEOUT_S, max(args.timeout_ms, 1) / 1000)
 
 
 def _report(what: str) -> Callable[[Any, list[Any]], None]:
@@ -385,7 +500,8 @@ def _commit(consumer: Any, printed: dict[tuple[str, int], int]) -> None:
 FATAL_CONSUME_ERRORS = frozenset({3, 29})  # UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED
 
 
-def _print_records(consumer: Any, args: argparse.Namespace, out: BinaryIO, batch: int) -> int:
+def _print_records(consumer: Any, args: argparse.Namespace, out: BinaryIO, batch: int,
+                   total: list[int] | None = None) -> int:  # fmt: skip
     from confluent_kafka import KafkaError
 
     separator = args.key_separator.encode()
@@ -423,6 +539,8 @@ def _print_records(consumer: Any, args: argparse.Namespace, out: BinaryIO, batch
                 break
             continue
         last_record = time.monotonic()
+        if total is not None:  # before the write: a Ctrl-C right after it must not lose the count
+            total[0] = count
         out.write(b"".join(parts))
         out.flush()
         if args.group is not None:

@@ -32,11 +32,13 @@ from proto import errors
 from pykraft.cli_admin import EXIT_ERROR, EXIT_USAGE, UsageError, _fail, _print_json, _table
 from pykraft.cli_kafka import (
     BOOTSTRAP_MISSING,
+    BootstrapError,
     ClientError,
     ConsumerGroupDescription,
     KafkaGroupAdmin,
     TopicPartition,
     add_bootstrap,
+    check_bootstrap,
     tp_key,
 )
 
@@ -92,11 +94,12 @@ def _run(args: argparse.Namespace, action: Callable[[Any, argparse.Namespace], i
         print(f"Error: {BOOTSTRAP_MISSING}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        check_bootstrap(args.bootstrap)
         with KafkaGroupAdmin(args.bootstrap, args.timeout, args.client_log_level) as admin:
             return action(admin, args)
     except errors.KafkaError as exc:
         return _fail(exc)
-    except ClientError as exc:
+    except (ClientError, BootstrapError) as exc:
         return _fail(str(exc))
     except (UsageError, ValueError) as exc:
         print(f"Error: {exc}", file=sys.stderr)

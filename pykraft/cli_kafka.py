@@ -21,6 +21,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
+import socket
+import struct
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -79,6 +83,81 @@ def client_logger(level: str = "CRITICAL") -> logging.Logger:
     return logger
 
 
+# librdkafka's "msg" debug line for a produce answer with a partition error (then retried or failed):
+# "...: orders [0]: MessageSet with 1 message(s) (MsgId 1, BaseSeq 0) encountered error: Broker: Not
+# enough in-sync replicas (actions Retry,MsgNotPersisted)".
+PRODUCE_ERROR_LINE = re.compile(
+    r"(?P<topic>[^\s:]+) \[(?P<partition>\d+)\]: MessageSet with \d+ message\(s\).*?"
+    r"encountered error: (?P<error>.+?) \(actions (?P<actions>[^)]*)\)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceError:
+    """A partition error a broker answered to a Produce request; ``retriable``: librdkafka retries it."""
+
+    topic: str
+    partition: int
+    name: str
+    retriable: bool
+
+
+def broker_error_name(text: str) -> str:
+    """Kafka's name for librdkafka's description of a broker error (``Broker: Not enough in-sync
+    replicas`` -> ``NOT_ENOUGH_REPLICAS``); the text itself when it is not a broker error we know."""
+    if not _BROKER_ERROR_NAMES:
+        from confluent_kafka import KafkaError
+
+        _BROKER_ERROR_NAMES.update({KafkaError(c.value).str(): c.name for c in ErrorCode if c.value > 0})
+    return _BROKER_ERROR_NAMES.get(text.strip(), text.strip())
+
+
+_BROKER_ERROR_NAMES: dict[str, str] = {}
+
+
+class ProduceErrorWatch(logging.Handler):
+    """Collects the partition errors of Produce answers from librdkafka's "msg" debug lines (the
+    delivery report names only the final error, e.g. ``_MSG_TIMED_OUT``, not the broker's reason).
+    librdkafka's log is served by ``poll``/``flush`` in the caller's thread; ``take()`` hands the
+    errors seen since the last call over."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self._seen: list[ProduceError] = []
+        self.last: dict[tuple[str, int], ProduceError] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = PRODUCE_ERROR_LINE.search(record.getMessage())
+        if match is None:
+            return
+        error = ProduceError(
+            match["topic"], int(match["partition"]), broker_error_name(match["error"]),
+            "Retry" in match["actions"],
+        )  # fmt: skip
+        self._seen.append(error)
+        self.last[(error.topic, error.partition)] = error
+
+    def take(self) -> list[ProduceError]:
+        seen, self._seen = self._seen, []
+        return seen
+
+
+def watched_logger(level: str, watch: logging.Handler) -> logging.Logger:
+    """A logger for librdkafka that gives every line to ``watch`` and shows lines at ``level`` and above
+    on stderr (as ``client_logger`` does)."""
+    logger = logging.getLogger(f"{CLIENT_LOGGER}.watched")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    stderr = logging.StreamHandler()
+    stderr.setLevel(level if level in LOG_LEVELS else "CRITICAL")
+    stderr.setFormatter(logging.Formatter("librdkafka %(levelname)s: %(message)s"))
+    logger.addHandler(stderr)
+    logger.addHandler(watch)
+    return logger
+
+
 def client_config(bootstrap: str, log_level: str = "CRITICAL", **settings: Any) -> dict[str, Any]:
     """A confluent-kafka configuration: ``bootstrap.servers``, the logger, then ``settings``."""
     return {"bootstrap.servers": bootstrap, "logger": client_logger(log_level), **settings}
@@ -109,6 +188,84 @@ def describe_error(err: Any) -> str:
 
 class ClientError(Exception):
     """A failure a confluent-kafka client reported, already described as ``NAME (code): message``."""
+
+
+# ---- what answers at --bootstrap ------------------------------------------------------------------
+
+PROBE_TIMEOUT_S = 3.0
+PROBE_CORRELATION_ID = 0x706B7266  # "pkrf"
+# An ApiVersions v0 request: size, api key 18, version 0, correlation id, client id "pykraft-probe".
+_PROBE_CLIENT_ID = b"pykraft-probe"
+_PROBE_BODY = struct.pack(">hhih", 18, 0, PROBE_CORRELATION_ID, len(_PROBE_CLIENT_ID)) + _PROBE_CLIENT_ID
+PROBE_REQUEST = struct.pack(">i", len(_PROBE_BODY)) + _PROBE_BODY
+HTTP2_FRAME_TYPES = frozenset({0x04, 0x07})  # SETTINGS (a server's preface), GOAWAY
+KAFKA_LISTENER = "a Kafka listener"
+WHERE_KAFKA_LISTENERS = "`pykraft cluster status` lists the brokers' Kafka listeners in its KAFKA column"
+
+
+class BootstrapError(Exception):
+    """No address of ``--bootstrap`` is a Kafka listener; the message names each one and what answered."""
+
+
+def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """What answers at ``HOST:PORT``: ``KAFKA_LISTENER``, or a short phrase saying what does instead.
+
+    One ApiVersions v0 request (the first request every Kafka client sends): a Kafka listener answers
+    with our correlation id; a gRPC server (a controller, or a broker's gRPC ``--listen``) answers with
+    an HTTP/2 SETTINGS or GOAWAY frame; nothing listening refuses the connection."""
+    host, _, port_text = address.strip().rpartition(":")
+    host = host.strip("[]") or "localhost"
+    try:
+        port = int(port_text)
+    except ValueError:
+        return f"not HOST:PORT (port {port_text!r} is not a number)"
+    deadline = time.monotonic() + timeout_s
+    head = b""
+    connected = False
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            connected = True
+            sock.sendall(PROBE_REQUEST)
+            while len(head) < 9:
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except ConnectionRefusedError:
+        return "nothing answers (connection refused)"
+    except socket.gaierror as exc:
+        return f"unknown host {host!r} ({exc.strerror})"
+    except OSError as exc:  # a timeout, unreachable network, or a reset after a partial answer
+        if not head and not connected:
+            reason = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else exc.strerror
+            return f"nothing answers ({reason or exc})"
+    if len(head) >= 8 and struct.unpack(">i", head[4:8])[0] == PROBE_CORRELATION_ID:
+        return KAFKA_LISTENER
+    if len(head) >= 4 and head[3] in HTTP2_FRAME_TYPES:
+        return "a gRPC server answers (a controller's address, or a broker's gRPC --listen)"
+    if head.startswith(b"HTTP/"):
+        return "an HTTP server answers (a metrics endpoint?)"
+    if not head:
+        return f"a server accepts the connection but does not answer a Kafka request within {timeout_s:g} s"
+    return "a server answers that does not speak Kafka"
+
+
+def check_bootstrap(bootstrap: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Return once one address of ``bootstrap`` is a Kafka listener; else ``BootstrapError`` naming
+    every address tried and what answered there (each probe waits at most ``timeout_s``)."""
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    found = []
+    for address in addresses:
+        answer = probe_address(address, timeout_s)
+        if answer == KAFKA_LISTENER:
+            return
+        found.append(f"{address}: {answer}")
+    hint = "data commands need a broker's Kafka listener"
+    if any("gRPC" in f for f in found):
+        hint = "that is a controller/gRPC address; data commands need a broker's Kafka listener"
+    tried = "; ".join(found)
+    raise BootstrapError(f"no Kafka listener at --bootstrap ({tried}): {hint} ({WHERE_KAFKA_LISTENERS})")
 
 
 def _raise_from(exc: Exception, what: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from pykraft import cli_client
 from pykraft.cli import build_parser
-from pykraft.cli_kafka import error_name
+from pykraft.cli_kafka import ProduceErrorWatch, error_name
 
 
 class RecordingProducer:
@@ -44,10 +44,9 @@ def send(
 ) -> tuple[int, RecordingProducer]:
     args = build_parser().parse_args(["produce", "--bootstrap", "127.0.0.1:1", "--topic", "t", *extra])
     producer = producer or RecordingProducer()
-    report = cli_client._DeliveryReport()
-    progress = cli_client._Progress(0, str)
+    report = cli_client._DeliveryReport(cli_client._RetryReport(ProduceErrorWatch(), "127.0.0.1:1"))
     code = cli_client._send_lines(producer, args, io.BytesIO(stdin), args.key_separator and
-                                  args.key_separator.encode(), report, [0], progress)  # fmt: skip
+                                  args.key_separator.encode(), report, [0], lambda: None)  # fmt: skip
     return code, producer
 
 
@@ -83,11 +82,54 @@ def test_delivery_report_counts_and_names_kafka_errors(capsys) -> None:
         def str(self) -> str:
             return "Broker: Message size too large"
 
-    report = cli_client._DeliveryReport()
-    report.for_line(1)(None, object())
-    report.for_line(2)(Err(), object())
+    report = cli_client._DeliveryReport(cli_client._RetryReport(ProduceErrorWatch(), "127.0.0.1:1"))
+    report.for_line(1)(None, Msg())
+    report.for_line(2)(Err(), Msg())
     assert (report.acknowledged, report.failed) == (1, 1)
     assert "line 2: MESSAGE_TOO_LARGE (10): Broker: Message size too large" in capsys.readouterr().err
+
+
+class Msg:
+    def topic(self) -> str:
+        return "orders"
+
+    def partition(self) -> int:
+        return 0
+
+
+# librdkafka's "msg" debug line for a produce answer with a partition error.
+NOT_ENOUGH_REPLICAS_LINE = (
+    "MSGSET [rdkafka#producer-1] [thrd:127.0.0.1:42487/101]: 127.0.0.1:42487/101: orders [0]: MessageSet "
+    "with 1 message(s) (MsgId 1, BaseSeq 0) encountered error: Broker: Not enough in-sync replicas "
+    "(actions Retry,MsgNotPersisted)"
+)
+
+
+def test_a_retriable_produce_error_is_shown_as_it_happens_and_named_as_the_last_cause(capsys) -> None:
+    import logging
+
+    watch = ProduceErrorWatch()
+    retries = cli_client._RetryReport(watch, "127.0.0.1:1")
+    for _ in range(3):  # librdkafka retries: the same error is shown once (until REPEAT_S passes)
+        watch.handle(logging.makeLogRecord({"msg": NOT_ENOUGH_REPLICAS_LINE, "levelno": logging.DEBUG}))
+        retries.show(None)
+    assert capsys.readouterr().err == "NOT_ENOUGH_REPLICAS for orders-0, retrying\n"
+
+    class TimedOut:
+        def code(self) -> int:
+            return -192
+
+        def name(self) -> str:
+            return "_MSG_TIMED_OUT"
+
+        def str(self) -> str:
+            return "Local: Message timed out"
+
+    cli_client._DeliveryReport(retries).for_line(1)(TimedOut(), Msg())
+    assert capsys.readouterr().err == (
+        "Error: line 1: _MSG_TIMED_OUT (-192): Local: Message timed out "
+        "(last cause: NOT_ENOUGH_REPLICAS for orders-0)\n"
+    )
 
 
 def test_error_names_are_kafkas_for_broker_codes_and_librdkafkas_for_local_ones() -> None:
