@@ -36,7 +36,7 @@ from storage.batch_header import (
     parse_header,
     validate_batch,
 )
-from storage.file_slice import FileSlice
+from storage.file_slice import FileSlice, SharedFile
 from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -100,7 +100,12 @@ class LogSegment:
         # consumer that has caught up) starts there instead of walking headers from the last sparse
         # index entry (~25 preads per read with 4 KiB index intervals and small batches).
         self._tail_batch: tuple[int, int] | None = None
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        # Shared with the FileSlices of fetch answers in flight: closing the segment lets go of it, and
+        # the descriptor closes when the last slice does too (storage.file_slice).
+        self._file: SharedFile | None = SharedFile(
+            os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        )
+        self._fd = self._file.fd
 
     @classmethod
     def create(
@@ -258,7 +263,8 @@ class LogSegment:
     def slice(self, start_position: int, end_position: int) -> FileSlice:
         """``[start_position, end_position)`` as a ``FileSlice`` (its own descriptor: it outlives a
         deletion or roll of this segment)."""
-        return FileSlice(self._fd, start_position, end_position - start_position, self.log_path.name)
+        assert self._file is not None, f"{self.log_path.name} is closed"
+        return FileSlice(self._file, start_position, end_position - start_position, self.log_path.name)
 
     def _read_header(self, position: int) -> BatchHeader:
         raw = os.pread(self._fd, HEADER_SIZE, position)
@@ -390,9 +396,8 @@ class LogSegment:
     # ------------------------------------------------------------------------------------- lifecycle
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file = None  # closes the descriptor unless a FileSlice still holds it
+        self._fd = -1
 
     def delete(self) -> None:
         """Close and remove the three files (by name: never call it on a segment whose files were

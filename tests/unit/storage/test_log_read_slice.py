@@ -93,23 +93,27 @@ def test_slice_out_of_range_is_offset_out_of_range(open_log) -> None:
 
 
 def test_slice_survives_retention_deleting_its_segment(open_log, clock) -> None:
-    """Retention unlinks and closes the segment; a slice taken before still reads its bytes (it owns a
-    duplicate descriptor, so the inode lives on), and closing it releases that descriptor."""
+    """Retention unlinks and closes the segment; a slice taken before still reads its bytes (it shares
+    the segment's descriptor, which stays open while the slice holds it, so the inode lives on), and
+    closing the slice closes the descriptor. Taking a slice opens no descriptor."""
     one = len(make_batch(3))
     log = filled(open_log, batches=10, config=LogConfig(segment_bytes=one * 4, retention_ms=1))
     first_segment = Path(log.active_segment.log_path).with_name(f"{0:020d}.log")
     expected = log.read(0, 1 << 20)
     before = open_fds()
     piece = log.read_slice(0, 1 << 20)
-    assert open_fds() == before + 1
+    assert open_fds() == before
     clock.now_ms += 10_000_000
+    fd = piece.fileno()
     assert log.delete_old_segments() >= 1
     assert not first_segment.exists()
     assert log.log_start_offset > 0
+    assert os.fstat(fd).st_nlink == 0, "the slice holds the unlinked segment's descriptor open"
     assert piece.read() == expected
     piece.close()
     assert piece.closed
-    assert open_fds() < before + 1
+    with pytest.raises(OSError):
+        os.fstat(fd)
 
 
 def test_slice_survives_a_roll(open_log) -> None:
@@ -123,12 +127,25 @@ def test_slice_survives_a_roll(open_log) -> None:
 
 
 def test_an_unsent_slice_releases_its_descriptor_when_dropped(open_log) -> None:
-    log = filled(open_log)
-    before = open_fds()
+    """A slice dropped unsent (a parked fetch read again) lets go of a deleted segment's descriptor."""
+    one = len(make_batch(3))
+    log = filled(open_log, batches=10, config=LogConfig(segment_bytes=one * 4))
     piece = log.read_slice(0, 1 << 20)
-    assert open_fds() == before + 1
+    fd = piece.fileno()
+    log.maybe_increment_log_start_offset(log.segment_base_offsets[1])
+    assert log.delete_old_segments() == 1
+    assert os.fstat(fd).st_nlink == 0  # held by the slice
     del piece
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_many_slices_of_one_segment_share_its_descriptor(open_log) -> None:
+    log = filled(open_log, batches=20)
+    before = open_fds()
+    pieces = [log.read_slice(offset, 100) for offset in range(0, 60, 3)]
     assert open_fds() == before
+    assert len({p.fileno() for p in pieces}) == 1
 
 
 def test_a_slice_truncated_under_it_refuses_to_read_short(open_log) -> None:
