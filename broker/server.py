@@ -97,6 +97,7 @@ from proto.meta_properties import (
 )
 from proto.metrics import MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
+from proto.settings import check_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -734,6 +735,7 @@ def event_loop_runner() -> Callable[[Any], Any]:
 def run(args: argparse.Namespace) -> int:
     try:
         config = config_from(args)  # node.id may come from the properties file or the environment
+        check_data_dir(config.data_dir)
         configure_logging(args.log_level, config.node_id, "broker")
     except (BrokerConfigError, ValueError) as exc:
         print(f"pykraft broker: error: {exc}", file=sys.stderr)

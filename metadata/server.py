@@ -76,6 +76,7 @@ from proto.serving import add_standard_services, start_shutdown_watchdog
 from proto.settings import (
     ADVERTISED_LISTENERS,
     IDENTITY_FLAGS,
+    check_data_dir,
     collect_overrides,
     fill_identity,
     listen_address,
@@ -83,7 +84,7 @@ from proto.settings import (
     parse_listener,
     require,
 )
-from raft.config import QuorumConfigError, parse_voters
+from raft.config import QuorumConfig, QuorumConfigError, parse_voters
 from raft.driver import DriverConfig, RaftDriver
 from raft.store import RaftStoreCorruptError
 
@@ -268,6 +269,35 @@ def expected_cluster_id(data_dir: Path, configured: str) -> str:
     return configured or stored or NO_CLUSTER_ID
 
 
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
+
+
+def check_own_voter_entry(node_id: int, listen: str, voters: QuorumConfig, advertised: bool) -> None:
+    """Refuse a controller that listens where its ``--voters`` entry does not point (a copied command
+    with another node's id, or a new port): it would print READY and sit at term 0, unreachable.
+
+    ``--listen`` may equal another voter's entry never; it may differ from this node's own entry only
+    when the entry is not a local address (a container or host name: Docker's 0.0.0.0:9093 behind
+    controller-1:9093) or when ``--advertised-listener`` says that a proxy forwards the entry here."""
+    host, _, port_text = listen.rpartition(":")
+    port = int(port_text)
+    me = voters.voter(node_id)
+    for voter in voters.voters:
+        same_host = voter.host == host or (voter.host in LOCAL_HOSTS and host in LOCAL_HOSTS)
+        if voter.node_id != node_id and voter.port == port and same_host:
+            raise QuorumConfigError(
+                f"--listen {listen} is controller {voter.node_id}'s --voters entry, but this is "
+                f"--node-id {node_id} (whose entry is {me.address}): give the node id of this address"
+            )
+    if advertised or me.host not in LOCAL_HOSTS or host not in LOCAL_HOSTS or port in (me.port, 0):
+        return
+    raise QuorumConfigError(
+        f"--listen {listen} does not match controller {node_id}'s --voters entry {me.address}, the "
+        f"address every other voter dials: give the node id whose entry this is, listen on {me.address}, "
+        "or set --advertised-listener to the entry when a proxy forwards it here"
+    )
+
+
 class ControllerNode:
     """A running controller: Raft driver + metadata state machine + gRPC services."""
 
@@ -292,6 +322,7 @@ class ControllerNode:
                     f"{ADVERTISED_LISTENERS}={host}:{port} differs from controller {node_id}'s --voters "
                     f"entry {me.address}, the address every other node dials; make them equal"
                 )
+        check_own_voter_entry(node_id, listen, self.voters, bool(settings.advertised_listeners))
         self.listen = listen
         self.settings = settings
         self.node_id, self.data_dir = node_id, data_dir
@@ -413,6 +444,7 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from(args)  # node.id may come from the properties file or the environment
+        check_data_dir(args.data_dir)
         configure_logging(args.log_level, args.node_id, "controller")
         asyncio.run(serve(args, settings))
     except (

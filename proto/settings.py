@@ -122,6 +122,15 @@ def one_dir(value: str) -> Path:
     return Path(value)
 
 
+def check_data_dir(path: Path) -> None:
+    """A SettingsError when ``--data-dir`` names something that is not a directory (a file): said in
+    one line before anything starts, instead of an errno from deep inside the start-up."""
+    if path.exists() and not path.is_dir():
+        raise SettingsError(
+            f"--data-dir {path}: is a file, not a directory; give a directory (created if missing)"
+        )
+
+
 def require(args: object, *attributes: str) -> None:
     """A SettingsError naming every way to give the first of ``attributes`` that is still missing."""
     for attribute in attributes:
