@@ -27,13 +27,15 @@ except with ``overlap``, where the next fault may hit a cluster still recovering
 from __future__ import annotations
 
 import random
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka.admin import AdminClient as KafkaAdminClient
-
+from proto.kafka import messages as m
+from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
 from pykraft.admin import AdminClient
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import OK, History
@@ -66,6 +68,31 @@ class Fault:
     pairs: tuple[tuple[str, str], ...] = ()
 
 
+KAFKA_CALL_TIMEOUT_S = 5.0
+
+
+def kafka_call(address: str, api_key: int, version: int, request: object) -> object:
+    """One Kafka request on a fresh connection to ``address`` (bounded by KAFKA_CALL_TIMEOUT_S)."""
+    host, port = address.rsplit(":", 1)
+    frame = encode_request(RequestHeader(api_key, version, 1, "chaos-nemesis"), request)
+    with socket.create_connection((host, int(port)), timeout=KAFKA_CALL_TIMEOUT_S) as sock:
+        sock.settimeout(KAFKA_CALL_TIMEOUT_S)
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", _recv(sock, 4))
+        _correlation_id, body = parse_response(api_key, version, _recv(sock, size))
+    return body
+
+
+def _recv(sock: socket.socket, size: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = sock.recv(size - len(out))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(out)} of {size} bytes")
+        out += chunk
+    return bytes(out)
+
+
 class Nemesis(threading.Thread):
     def __init__(self, cluster: ChaosCluster, history: History, topic: str, seed: int,
                  kinds: tuple[str, ...] = KINDS, overlap: bool = False) -> None:  # fmt: skip
@@ -88,7 +115,13 @@ class Nemesis(threading.Thread):
             order: list[str] = []
             while not self.stopping.wait(self.rng.uniform(*(OVERLAP_QUIET_S if self.overlap else QUIET_S))):
                 order = order or self.rng.sample(self.kinds, len(self.kinds))  # each kind once per round
-                self.once(self.plan(order.pop()))
+                kind = order.pop()
+                try:
+                    fault = self.plan(kind)
+                except Exception:  # choosing a target asks the cluster, which earlier faults can still
+                    order.append(kind)  # slow past the admin timeout: the same kind, after the next quiet
+                    continue
+                self.once(fault)
         except BaseException as exc:
             self.error = exc
         finally:
@@ -104,13 +137,17 @@ class Nemesis(threading.Thread):
 
     def coordinator(self) -> str:
         """The group coordinator's broker (a partition leader when there is no group yet)."""
-        groups = KafkaAdminClient({"bootstrap.servers": self.cluster.kafka_bootstrap})
-        try:  # DescribeGroups, asked of the coordinator that FindCoordinator names
-            futures = groups.describe_consumer_groups([GROUP], request_timeout=5.0)
-            described = futures[GROUP].result(timeout=10.0)
-        except Exception:  # KafkaException, a timeout: faults make it fail
-            return self.leader()
-        return f"broker-{described.coordinator.id}"
+        # A raw FindCoordinator (v2) per broker, not librdkafka's AdminClient: dropping one while its
+        # request waits on a dead broker trips an assertion in librdkafka 2.16
+        # (rd_kafka_enq_once_del_source_return: eonce->refcnt > 0) and aborts the whole process.
+        for address in self.cluster.kafka_bootstrap.split(","):
+            try:
+                answer = kafka_call(address, ApiKey.FIND_COORDINATOR, 2, m.FindCoordinatorRequest(key=GROUP))
+            except OSError:
+                continue
+            if answer.error_code == 0:
+                return f"broker-{answer.node_id}"
+        return self.leader()
 
     def controller(self) -> str:
         leader = self.admin.describe_quorum().leader_id
