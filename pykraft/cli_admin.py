@@ -70,7 +70,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--bootstrap-server",
         dest="bootstrap",
         default=os.environ.get("PYKRAFT_BOOTSTRAP"),
-        help="HOST:PORT[,HOST:PORT] of any controller (default $PYKRAFT_BOOTSTRAP)",
+        help="HOST:PORT[,HOST:PORT] of any controller or broker (their gRPC address: it forwards to the "
+        "active controller; default $PYKRAFT_BOOTSTRAP, which `pykraft cluster up` prints)",
     )
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to keep retrying (default 30)")
@@ -90,8 +91,14 @@ def _add_topics(sub: argparse._SubParsersAction) -> None:
     c = ts.add_parser("create", help="create a topic")
     _common(c)
     c.add_argument("--topic", required=True)
-    c.add_argument("--partitions", type=int, default=-1, help="default: the cluster's num.partitions")
-    c.add_argument("--replication-factor", type=int, default=-1, help="default: default.replication.factor")
+    c.add_argument(
+        "--partitions", type=int, default=-1,
+        help="number of partitions; -1 = the cluster default, num.partitions (default -1)",
+    )  # fmt: skip
+    c.add_argument(
+        "--replication-factor", type=int, default=-1,
+        help="replicas per partition; -1 = the cluster default, default.replication.factor (default -1)",
+    )  # fmt: skip
     c.add_argument(
         "--replica-assignment", help="broker lists per partition: 1:2:3,2:3:1 (partition 0, 1, ...)"
     )

@@ -76,7 +76,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     add_bootstrap(p)
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, help="the topic (required; no default)")
     p.add_argument(
         "--progress-interval-ms",
         type=int,
@@ -88,36 +88,75 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _add_produce(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("produce", help="send stdin lines as records (like kafka-console-producer.sh)")
     _common(p)
-    p.add_argument("--key-separator", help="split each line into key SEP value at the first SEP")
-    p.add_argument("--acks", default="all", choices=["all", "-1", "1", "0"])
-    p.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    p.add_argument("--partition", type=int, help="send every record to this partition")
-    p.add_argument("--linger-ms", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=16_384)
-    p.add_argument("--timeout-ms", type=int, default=120_000, help="delivery.timeout.ms (default 120000)")
+    p.add_argument(
+        "--key-separator",
+        help="split each line into key SEP value at the first SEP (default: none, the line is the value)",
+    )
+    p.add_argument(
+        "--acks", default="all", choices=["all", "-1", "1", "0"],
+        help="acknowledgements to wait for: all (-1) = every in-sync replica, idempotent; 1 = the leader; "
+        "0 = none (default all)",
+    )  # fmt: skip
+    p.add_argument(
+        "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="compression.type of the record batches (default none)",
+    )  # fmt: skip
+    p.add_argument(
+        "--partition", type=int, help="send every record to this partition (default: by key, else spread)"
+    )
+    p.add_argument(
+        "--linger-ms", type=int, default=5, help="linger.ms: wait this long to fill a batch (default 5)"
+    )
+    p.add_argument("--batch-size", type=int, default=16_384, help="batch.size in bytes (default 16384)")
+    p.add_argument(
+        "--timeout-ms", type=int, default=120_000,
+        help="delivery.timeout.ms: give a record up after this long, retries included (default 120000)",
+    )  # fmt: skip
     p.set_defaults(func=run_produce)
 
 
 def _add_consume(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("consume", help="print records to stdout (like kafka-console-consumer.sh)")
     _common(p)
-    p.add_argument("--from-beginning", action="store_true", help="start at the log start, not the end")
-    p.add_argument("--partition", type=int, help="read only this partition")
-    p.add_argument("--offset", help="with --partition: an offset, 'earliest' or 'latest'")
-    p.add_argument("--max-messages", type=int, default=FOREVER, help="stop after N records")
-    p.add_argument("--timeout-ms", type=int, default=FOREVER, help="stop after this long without a record")
-    p.add_argument("--print-offsets", action="store_true", help="prefix each line with partition:offset TAB")
     p.add_argument(
-        "--print-key", action="store_true", help="prefix each value with its key and --key-separator"
+        "--from-beginning", action="store_true",
+        help="start at the log start, not the end (default: the end, only new records)",
+    )  # fmt: skip
+    p.add_argument("--partition", type=int, help="read only this partition (default: every partition)")
+    p.add_argument(
+        "--offset", help="with --partition: an offset, 'earliest' or 'latest' (default latest, or earliest "
+        "with --from-beginning)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-messages", type=int, default=FOREVER, help="stop after N records (default -1: no limit)"
     )
-    p.add_argument("--key-separator", default="\t")
-    p.add_argument("--group", help="consume as a member of this consumer group (commits as it prints)")
+    p.add_argument(
+        "--timeout-ms", type=int, default=FOREVER,
+        help="stop after this long without a record; bounds the wait for metadata too (default -1: never)",
+    )  # fmt: skip
+    p.add_argument(
+        "--print-offsets", action="store_true",
+        help="prefix each line with partition:offset TAB (default off)",
+    )
+    p.add_argument(
+        "--print-key", action="store_true",
+        help="prefix each value with its key and --key-separator (default off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--key-separator", default="\t", help="what --print-key puts between key and value (default TAB)"
+    )
+    p.add_argument(
+        "--group",
+        help="consume as a member of this consumer group, committing as it prints (default: no group, "
+        "every partition assigned)",
+    )
     p.add_argument(
         "--consumer-property",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a consumer setting by its Kafka name, e.g. session.timeout.ms=6000 (repeatable)",
+        help="a consumer setting by its Kafka name, e.g. session.timeout.ms=6000 (repeatable; needs "
+        "--group; default: none)",
     )
     p.set_defaults(func=run_consume)
 

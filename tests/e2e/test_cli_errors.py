@@ -9,6 +9,7 @@ the final error names it; a closed stdout (``| head``) and Ctrl-C end the comman
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -148,3 +149,19 @@ def test_ctrl_c_in_consume_prints_the_summary_and_exits_130(e2e_cluster: BrokerC
     assert process.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.splitlines()[-1] == "Processed a total of 3 messages"
+
+
+def test_minus_one_partitions_and_replication_factor_mean_the_cluster_default(
+    e2e_cluster: BrokerCluster,
+) -> None:
+    bootstrap = e2e_cluster.cluster.bootstrap  # a broker's gRPC address: admin commands accept it
+    created, _ = pykraft("topics", "create", "--bootstrap", bootstrap, "--topic", "cli-errors-defaults",
+                         "--partitions", "-1", "--replication-factor", "-1")  # fmt: skip
+    assert created.returncode == 0, created.stderr.decode()
+    described, _ = pykraft("topics", "describe", "--bootstrap", bootstrap, "--topic", "cli-errors-defaults",
+                           "--json")  # fmt: skip
+    assert described.returncode == 0, described.stderr.decode()
+    [topic] = json.loads(described.stdout)
+    # the launcher's defaults: num.partitions 1, default.replication.factor 1 (no overrides here)
+    assert len(topic["partitions"]) == 1
+    assert {len(p["replicas"]) for p in topic["partitions"]} == {1}

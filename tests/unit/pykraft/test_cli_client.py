@@ -187,3 +187,24 @@ def test_no_bootstrap_names_the_kafka_listener(command: str, capsys, monkeypatch
     run = cli_client.run_produce if command == "produce" else cli_client.run_consume
     assert run(args) == cli_client.EXIT_USAGE
     assert "Kafka listener" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["produce", "consume"])
+def test_every_option_of_produce_and_consume_has_a_description_and_its_default(command: str) -> None:
+    import argparse
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = [a for a in sub.choices[command]._actions if a.dest != "help"]
+    undocumented = [a.option_strings[0] for a in options if not a.help or "default" not in a.help]
+    assert options and undocumented == []
+
+
+def test_admin_help_says_minus_one_is_the_cluster_default_and_any_node_answers() -> None:
+    import argparse
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    topics = next(a for a in sub.choices["topics"]._actions if isinstance(a, argparse._SubParsersAction))
+    create = {a.dest: a for a in topics.choices["create"]._actions}
+    assert "-1 = the cluster default, num.partitions" in create["partitions"].help
+    assert "-1 = the cluster default, default.replication.factor" in create["replication_factor"].help
+    assert "any controller or broker" in create["bootstrap"].help
