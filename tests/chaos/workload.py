@@ -56,6 +56,10 @@ COMMITTED_EVERY = 10
 # then sends nothing more to the partition, so the worker replaces the producer (a new producer id).
 LOST_SEQUENCE = frozenset({KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.UNKNOWN_PRODUCER_ID})
 REPLACE_FLUSH_S = 5.0
+# max.poll.interval.ms, which librdkafka also sends as the group's rebalance timeout: a member that
+# closes while the group rebalances waits up to this long for the others to rejoin, and the harness
+# joins a stopped worker within run.JOIN_TIMEOUT_S (60 s).
+REBALANCE_TIMEOUT_MS = 20_000
 GROUP = "chaos-group"
 ADMIN_ATTEMPTS = 10
 ADMIN_RETRY_S = 2.0
@@ -211,6 +215,8 @@ class ProducerWorker(Worker):
             with self.lock:
                 self.outstanding[partition] -= 1
                 self.pending.pop(value, None)
+            if isinstance(exc, KafkaException) and exc.args[0].fatal():
+                self.fatal = exc.args[0]  # a producer in a fatal state refuses every record: replace it
             self.history.add(self.process, "send", FAIL, start, entry, error=repr(exc))
 
 
@@ -307,7 +313,7 @@ class GroupConsumerWorker(Worker):
         consumer = Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": self.GROUP, "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
-            "max.poll.interval.ms": 60_000, "fetch.wait.max.ms": 200, **CLIENT_SETTINGS,
+            "max.poll.interval.ms": REBALANCE_TIMEOUT_MS, "fetch.wait.max.ms": 200, **CLIENT_SETTINGS,
         })  # fmt: skip
         try:
             consumer.subscribe([self.topic.name], on_assign=self.on_assign, on_revoke=self.on_revoke)
