@@ -202,7 +202,10 @@ class ProducerWorker(Worker):
                 if self.pending.pop(value, None) is None:
                     return  # abandoned with its producer (close): already an ``info`` op
                 self.outstanding[partition] -= 1
-            if error is None:
+            if error is None and message.offset() is None:  # acknowledged, but librdkafka names no offset:
+                self.history.add(self.process, "send", INFO, start, entry,  # no position to check it at
+                                 error="acknowledged without an offset")  # fmt: skip
+            elif error is None:
                 self.history.add(self.process, "send", OK, start, {**entry, "offset": message.offset()})
             else:
                 if error.fatal() or error.code() in LOST_SEQUENCE:
