@@ -71,7 +71,7 @@ def expected_from(sent: list[Out]) -> list[Rec]:
 
 
 def read_spark(spark_session, cluster: BrokerCluster, topic: str) -> list[Rec]:
-    bootstrap = ",".join(n.address for n in cluster.cluster.broker_nodes)
+    bootstrap = cluster.cluster.kafka_bootstrap  # the Spark source reads over the Kafka protocol
     rows = (spark_session.read.format("pykraft").option("bootstrap.servers", bootstrap)
             .option("subscribe", topic).option("includeHeaders", "true").load().collect())  # fmt: skip
     return sorted(
