@@ -4,7 +4,8 @@ The producers and consumers are confluent-kafka's (librdkafka), talking the Kafk
 brokers through the chaos proxy; the admin is pykraft's gRPC ``AdminClient`` (topics are managed over
 gRPC).
 
-- **Producers** (``producer-N``): one ``confluent_kafka.Producer`` each (``acks=all``, idempotent),
+- **Producers** (``producer-N``): one ``confluent_kafka.Producer`` each (``acks=all``, idempotent, one
+  request in flight per broker: ``PRODUCER_SETTINGS``),
   writing unique values ``pN-SEQ`` round-robin over the topic's partitions, at most
   ``OUTSTANDING_PER_PARTITION`` unacknowledged per partition (so that a stalled partition does not
   stall the others), at a bounded rate. Each send becomes an op when its delivery report arrives:
@@ -56,6 +57,15 @@ COMMITTED_EVERY = 10
 # then sends nothing more to the partition, so the worker replaces the producer (a new producer id).
 LOST_SEQUENCE = frozenset({KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.UNKNOWN_PRODUCER_ID})
 REPLACE_FLUSH_S = 5.0
+# One Produce request in flight per broker connection. With more, librdkafka (2.16; issue
+# confluentinc/librdkafka#4953) answers OUT_OF_ORDER_SEQUENCE_NUMBER on a later in-flight batch (its
+# earlier batch was refused, e.g. NOT_ENOUGH_REPLICAS, while a replica rejoined) by bumping the
+# producer epoch for *every* partition and renumbering all unacknowledged messages from sequence 0,
+# including a batch that a killed leader appended and replicated but never acknowledged: the new
+# leader then rightly appends it again under the new epoch (a duplicate KIP-98 cannot catch, as with
+# Kafka itself). The Java client only re-enqueues in that case. With one request in flight a refused
+# batch is retried before any later one is sent, so there is no such OUT_OF_ORDER_SEQUENCE_NUMBER.
+PRODUCER_SETTINGS = {"max.in.flight.requests.per.connection": 1}
 # max.poll.interval.ms, which librdkafka also sends as the group's rebalance timeout: a member that
 # closes while the group rebalances waits up to this long for the others to rejoin, and the harness
 # joins a stopped worker within run.JOIN_TIMEOUT_S (60 s).
@@ -159,10 +169,13 @@ class ProducerWorker(Worker):
             self.fatal = exc.args[0]
 
     def new_producer(self) -> Producer:
+        return Producer(self.producer_settings())
+
+    def producer_settings(self) -> dict:
         settings = {"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
                     "linger.ms": 5, "request.timeout.ms": 5000, "message.timeout.ms": 60_000,
-                    **CLIENT_SETTINGS}  # fmt: skip
-        return Producer({**settings, **self.options})
+                    **CLIENT_SETTINGS, **PRODUCER_SETTINGS}  # fmt: skip
+        return {**settings, **self.options}
 
     def partitions(self, producer: Producer) -> int:
         """The partition count to write to: the topic's, as far as the producer's Metadata knows it."""
