@@ -28,7 +28,7 @@ LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from pykraft import cli_admin
+    from pykraft import cli_admin, cli_top
 
     c = sub.add_parser("cluster", help="run a local cluster (up/status/down) or describe one")
     actions = c.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -50,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     for p in (up, status, down):
         p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     cli_admin.add_cluster_describe(actions)
+    cli_top.add_parser(actions, DEFAULT_DATA_DIR)
 
 
 def _say(message: str) -> None:
