@@ -121,7 +121,6 @@ here, stop fetchers, close logs.
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -137,6 +136,7 @@ from broker.fetcher import (
     TruncateFullyAndStartAt,
     TruncateTo,
 )
+from broker.log_manager import LogManager
 from broker.partition import (
     ACKS_ALL,
     NO_EPOCH,
@@ -148,7 +148,7 @@ from broker.partition import (
     Role,
 )
 from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
-from broker.producer_state_log import PartitionProducerState, producer_batches
+from broker.producer_state_log import producer_batches
 from broker.purgatory import (
     CompletedFetch,
     CompletedProduce,
@@ -164,7 +164,6 @@ from proto import errors
 from proto.errors import ErrorCode
 from storage.batch_header import HEADER_SIZE, CorruptRecordError, iter_batches
 from storage.compression import CompressionType
-from storage.config import LogConfig
 from storage.file_slice import Records
 from storage.index import NO_TIMESTAMP
 from storage.log import Log, wall_clock_ms
@@ -175,9 +174,6 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]  # (topic name, partition)
 NO_OFFSET = -1
-UNLIMITED_FROM = 2**62  # Kafka's Long.MAX_VALUE defaults of flush.* mean "never" (None in LogConfig)
-LOG_CONFIG_KEYS = tuple(f.replace("_", ".") for f in LogConfig.__dataclass_fields__)
-MIN_INSYNC_REPLICAS = "min.insync.replicas"
 # Kafka's Topic.isInternal: written by the broker's coordinators only (AppendOrigin.COORDINATOR).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -311,14 +307,18 @@ class ReplicaManager:
         # Wall-clock time for the logs (segment.ms, retention.ms, flush.ms) and producer expiry; the
         # simulation (tests/sim/broker) passes its virtual clock so that a seed replays exactly.
         self.clock_ms = clock_ms
-        self.data_dir = Path(data_dir)
+        self.log_manager = LogManager(
+            data_dir, topic_defaults=topic_defaults, clock_ms=clock_ms,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+        )  # fmt: skip
+        # The hosted logs and their producer states (owned by the log manager; read here often).
+        self.logs = self.log_manager.logs
+        self.producer_states = self.log_manager.producer_states
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
-        self.topic_defaults = dict(topic_defaults)
         self.fetchers = fetchers
         self.send_alter_partition = send_alter_partition
         self.on_deadline = on_deadline
         self.image = MetadataImage()
-        self.logs: dict[TP, Log] = {}
         self.partitions: dict[TP, Partition] = {}
         self.topic_ids: dict[str, str] = {}  # topic name -> id, for the hosted partitions
         self._applied: dict[TP, PartitionRegistration] = {}
@@ -328,11 +328,6 @@ class ReplicaManager:
         self._produce_waiters: dict[int, tuple[ProduceCallback, dict[TP, ProduceResult]]] = {}
         self._fetch_waiters: dict[int, tuple[Callable[[], None], FetchPurgatory]] = {}
         self._next_operation_id = 1
-        # Idempotent-producer state per hosted partition (broker.producer_state); its clock is the
-        # wall clock (persisted in snapshots, compared across restarts), not the monotonic one.
-        self.producer_id_expiration_ms = producer_id_expiration_ms
-        self.producer_states: dict[TP, PartitionProducerState] = {}
-        self._next_producer_expiry_ms = 0
         # Called with (tp, is_leader, leader_epoch) on every new role of a hosted partition, and
         # (tp, False, NO_EPOCH) when it stops; the group coordinator loads/unloads __consumer_offsets.
         self.role_listeners: list[Callable[[TP, bool, int], None]] = []
@@ -344,6 +339,7 @@ class ReplicaManager:
     def apply_image(self, image: MetadataImage, now_ms: int, config_changed: bool = False) -> None:
         """Bring every hosted partition in line with ``image`` (Kafka's ``ReplicaManager.applyDelta``)."""
         self.image = image
+        self.log_manager.update_image(image)
         hosted: dict[TP, tuple[str, PartitionRegistration]] = {}
         for topic_id, index in image.partitions_hosted_by(self.broker_id):
             topic = image.topics[topic_id]
@@ -364,8 +360,8 @@ class ReplicaManager:
 
     def _apply_partition(self, tp: TP, reg: PartitionRegistration, now_ms: int) -> None:
         partition, plog = self._open(tp)
-        partition.min_insync_replicas = self._min_insync_replicas(tp[0])
-        plog.update_config(self._log_config(tp[0]))  # e.g. cleanup.policy altered on a live topic
+        partition.min_insync_replicas = self.log_manager.min_insync_replicas(tp[0])
+        plog.update_config(self.log_manager.log_config(tp[0]))  # e.g. cleanup.policy altered on a live topic
         if reg.leader == self.broker_id:
             self._become_leader(tp, partition, plog, reg, now_ms)
         else:
@@ -411,68 +407,31 @@ class ReplicaManager:
 
     def _stop_replica(self, tp: TP, delete: bool) -> None:
         partition = self.partitions.pop(tp, None)
-        plog = self.logs.pop(tp, None)
-        self.producer_states.pop(tp, None)
         self._applied.pop(tp, None)
         self.fetchers.remove_partition(tp)
         if partition is not None:
             partition.stop()
         self._partition_changed(tp)
         self._notify_role(tp, False, NO_EPOCH)
-        if plog is not None:
-            plog.close()
-            if delete:
-                shutil.rmtree(plog.directory, ignore_errors=True)
+        self.log_manager.remove_log(tp, delete)
         log.info("%s-%d: replica stopped%s", *tp, " and deleted" if delete else "")
 
     def _open(self, tp: TP) -> tuple[Partition, Log]:
         partition = self.partitions.get(tp)
         if partition is None:
-            plog = Log(self.data_dir / f"{tp[0]}-{tp[1]}", self._log_config(tp[0]), self.clock_ms)
+            self.log_manager.get_or_create_log(tp)
             partition = Partition(
                 tp[0], tp[1], self.broker_id,
                 replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                min_insync_replicas=self._min_insync_replicas(tp[0]),
+                min_insync_replicas=self.log_manager.min_insync_replicas(tp[0]),
                 broker_lookup=self._registered_broker,
             )  # fmt: skip
-            self.partitions[tp], self.logs[tp] = partition, plog
-            self.producer_states[tp] = PartitionProducerState.open(
-                plog, self.producer_id_expiration_ms, self.clock_ms()
-            )
+            self.partitions[tp] = partition
         return partition, self.logs[tp]
 
     def _registered_broker(self, broker_id: int) -> BrokerRegistration | None:
         """The broker's registration in the current image (ISR eligibility, KIP-903 broker epochs)."""
         return self.image.brokers.get(broker_id)
-
-    def _topic_config(self, topic: str, name: str) -> str | None:
-        overrides = self.image.topic_overrides(topic)
-        if name in overrides:
-            return overrides[name]
-        return self.image.cluster_defaults().get(name, self.topic_defaults.get(name))
-
-    def _min_insync_replicas(self, topic: str) -> int:
-        value = self._topic_config(topic, MIN_INSYNC_REPLICAS)
-        try:
-            return max(1, int(value)) if value is not None else 1
-        except ValueError:
-            log.warning("topic %s: min.insync.replicas=%r is not an integer; using 1", topic, value)
-            return 1
-
-    def _log_config(self, topic: str) -> LogConfig:
-        properties: dict[str, object] = {}
-        for key in LOG_CONFIG_KEYS:
-            value = self._topic_config(topic, key)
-            if value is None:
-                continue
-            if key.startswith("flush.") and value.strip().isdigit() and int(value) >= UNLIMITED_FROM:
-                continue
-            properties[key] = value
-        try:
-            return LogConfig.from_properties(properties)
-        except errors.KafkaError as exc:
-            log.warning("topic %s: bad log config (%s); using the defaults", topic, exc)
-            return LogConfig()
 
     # ---- events that complete delayed operations ------------------------------------------------
 
@@ -575,7 +534,7 @@ class ReplicaManager:
         (KIP-110)."""
         results: dict[TP, ProduceResult] = {}
         waits: dict[TopicPartition, ProduceWait] = {}
-        self.maybe_expire_producers(self.clock_ms())
+        self.log_manager.maybe_expire_producers()
         for item in items:
             result, wait = self._append(item, acks, origin, zstd_allowed)
             results[item.tp] = result
@@ -653,16 +612,6 @@ class ReplicaManager:
             partition.leader_id, partition.leader_epoch,
         )  # fmt: skip
         return result, ProduceWait(verdict.last_offset + 1, partition.leader_epoch)
-
-    def maybe_expire_producers(self, now_wall_ms: int) -> None:
-        """Drop idle producers (KIP-854) at most ten times per expiration period."""
-        if now_wall_ms < self._next_producer_expiry_ms:
-            return
-        self._next_producer_expiry_ms = now_wall_ms + max(1, self.producer_id_expiration_ms // 10)
-        for tp, pstate in self.producer_states.items():
-            expired = pstate.state.remove_expired(now_wall_ms)
-            if expired:
-                log.info("%s-%d: expired idle producers %s", *tp, expired)
 
     def _leader_tail(self, tp: TP) -> tuple[int, int, int, int]:
         """(base offset, log append time, log start offset, leader id, leader epoch) after the message."""
@@ -820,7 +769,7 @@ class ReplicaManager:
         if error is not None or partition is None:
             assert error is not None
             return ListOffsetResult(error.code, error.message)
-        if "compact" in (self._topic_config(tp[0], "cleanup.policy") or ""):
+        if "compact" in (self.log_manager.topic_config(tp[0], "cleanup.policy") or ""):
             return ListOffsetResult(
                 ErrorCode.POLICY_VIOLATION,
                 f"{tp[0]} has cleanup.policy compact: its records cannot be deleted by offset",
@@ -1044,28 +993,13 @@ class ReplicaManager:
     def led_partitions(self) -> list[TP]:
         return sorted(tp for tp, p in self.partitions.items() if p.role is Role.LEADER)
 
-    def write_checkpoints(self) -> None:
-        """HW, log start offset and recovery point of every log (the checkpoint timer)."""
-        for plog in self.logs.values():
-            plog.write_checkpoints()
-
-    def maybe_flush(self) -> None:
-        """fsync the logs whose flush.ms elapsed (durability otherwise comes from replication)."""
-        for plog in self.logs.values():
-            plog.maybe_flush()
-
     def delete_old_segments(self) -> int:
-        """Retention (retention.ms / retention.bytes, whole segments below the HW); the log start
-        offset moves forward and the partition learns it. Returns the number of segments deleted."""
-        deleted = 0
-        for tp, plog in self.logs.items():
-            count = plog.delete_old_segments()
-            if count:
-                deleted += count
-                self.partitions[tp].on_log_start_offset(plog.log_start_offset)
-                log.info("%s-%d: retention deleted %d segments; log start offset %d", *tp, count,
-                         plog.log_start_offset)  # fmt: skip
-        return deleted
+        """Retention (``LogManager.delete_old_segments``); the partitions learn their new log start
+        offsets. Returns the number of segments deleted."""
+        deleted = self.log_manager.delete_old_segments()
+        for tp in deleted:
+            self.partitions[tp].on_log_start_offset(self.logs[tp].log_start_offset)
+        return sum(deleted.values())
 
     def close(self) -> None:
         for tp in list(self.partitions):
@@ -1073,12 +1007,11 @@ class ReplicaManager:
             partition.stop()
             self._partition_changed(tp)
         self.expire(2**62)
-        for plog in self.logs.values():
-            plog.close()
-        self.logs.clear()
+        self.log_manager.close()
         self.partitions.clear()
 
     def invariants(self) -> None:
+        self.log_manager.invariants()
         for tp, partition in self.partitions.items():
             partition.invariants()
             plog = self.logs[tp]

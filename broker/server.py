@@ -361,13 +361,15 @@ class BrokerNode:
                 name="retention",
             ),
             asyncio.create_task(
-                self._every(settings.log_flush_scheduler_interval_ms / 1000, self.manager.maybe_flush),
+                self._every(
+                    settings.log_flush_scheduler_interval_ms / 1000, self.manager.log_manager.maybe_flush
+                ),
                 name="flush",
             ),
             asyncio.create_task(  # KIP-854: idle producers expire also where nobody produces any more
                 self._every(  # Kafka checks every producer.id.expiration.check.interval.ms (10 min)
                     min(settings.producer_id_expiration_ms / 10, 600_000) / 1000,
-                    lambda: self.manager.maybe_expire_producers(time.time_ns() // 1_000_000),
+                    self.manager.log_manager.maybe_expire_producers,
                 ),
                 name="producer-expiry",
             ),

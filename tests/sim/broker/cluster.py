@@ -541,6 +541,7 @@ class SimBroker:
             for segment in [*plog._segments, *plog._retired]:
                 segment.close()
         self.manager.logs.clear()
+        self.manager.producer_states.clear()
 
     def log_may_change(self) -> None:
         """The next call may append at the log end (or truncate, which the checker sees as a lower LEO)."""
@@ -753,11 +754,11 @@ class SimBroker:
         self.timer(REPLICA_LAG_TIME_MAX_MS // 2, self._isr_loop)
 
     def _checkpoint_loop(self) -> None:
-        self.manager.write_checkpoints()
+        self.manager.log_manager.write_checkpoints()
         self.timer(CHECKPOINT_INTERVAL_MS, self._checkpoint_loop)
 
     def _flush_loop(self) -> None:
-        self.manager.maybe_flush()
+        self.manager.log_manager.maybe_flush()
         self.timer(FLUSH_CHECK_INTERVAL_MS, self._flush_loop)
 
     # ---- the leader side of a follower fetch ------------------------------------------------------------

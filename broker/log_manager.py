@@ -1,0 +1,179 @@
+"""The log manager: the partition logs of one broker under its data directory (Kafka's ``LogManager``).
+
+Concept. Every hosted partition has one ``storage.log.Log`` in ``<data_dir>/<topic>-<partition>``,
+with its idempotent-producer state beside it. The log manager owns their lifecycle and everything
+that concerns all logs alike; the replica manager (``broker.replica_manager``) decides *when* a log
+is opened or removed (metadata: a replica assigned here, moved away, a topic deleted or re-created)
+and never touches a directory itself.
+
+- Lifecycle: ``get_or_create_log(tp)`` opens (recovering after an unclean stop) or creates the log
+  and its producer state; ``remove_log(tp, delete)`` closes it and, for a replica gone from this
+  broker, deletes its directory (Kafka's ``StopReplica(delete=true)``); ``close()`` closes all.
+- Per-topic configs: a topic's value is its override in the metadata image, else the cluster
+  default (a dynamic broker config), else the broker's static default (``topic_defaults``);
+  ``log_config(topic)`` builds the ``LogConfig`` from them, ``min_insync_replicas(topic)`` the one
+  non-log setting the partition needs.
+- Periodic duties, each called by the broker's timers: ``write_checkpoints`` (HW, log start offset,
+  recovery point), ``maybe_flush`` (flush.ms), ``delete_old_segments`` (retention) and
+  ``maybe_expire_producers`` (KIP-854, at most ten times per expiration period).
+
+Time comes from the injected ``clock_ms`` (wall-clock milliseconds: segment.ms, retention.ms,
+flush.ms and producer expiry are wall-clock rules, persisted in files); the simulation passes its
+virtual clock so that a seed replays exactly.
+
+Invariants: ``logs`` and ``producer_states`` have the same keys; every log's directory is
+``data_dir / f"{topic}-{partition}"``.
+Thread-safety: none; the broker's event loop owns it (the log cleaner's worker thread only cleans
+segment copies, see ``broker.log_cleaner``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from broker.producer_state_log import PartitionProducerState
+from metadata.image import MetadataImage
+from proto import errors
+from storage.config import LogConfig
+from storage.log import Log
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]  # (topic name, partition)
+UNLIMITED_FROM = 2**62  # Kafka's Long.MAX_VALUE defaults of flush.* mean "never" (None in LogConfig)
+LOG_CONFIG_KEYS = tuple(f.replace("_", ".") for f in LogConfig.__dataclass_fields__)
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+
+
+class LogManager:
+    """The logs of the partitions hosted under ``data_dir`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        topic_defaults: dict[str, str],
+        clock_ms: Callable[[], int],
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.topic_defaults = dict(topic_defaults)
+        self.clock_ms = clock_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.image = MetadataImage()  # the topic overrides and cluster defaults of the configs
+        self.logs: dict[TP, Log] = {}
+        # Idempotent-producer state per log (broker.producer_state); wall-clock times, as they are
+        # persisted in snapshots and compared across restarts.
+        self.producer_states: dict[TP, PartitionProducerState] = {}
+        self._next_producer_expiry_ms = 0
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def get_log(self, tp: TP) -> Log | None:
+        return self.logs.get(tp)
+
+    def get_or_create_log(self, tp: TP) -> Log:
+        """The log of ``tp``, opened (recovered) or created on first use."""
+        plog = self.logs.get(tp)
+        if plog is None:
+            plog = Log(self.data_dir / f"{tp[0]}-{tp[1]}", self.log_config(tp[0]), self.clock_ms)
+            self.logs[tp] = plog
+            self.producer_states[tp] = PartitionProducerState.open(
+                plog, self.producer_id_expiration_ms, self.clock_ms()
+            )
+        return plog
+
+    def remove_log(self, tp: TP, delete: bool) -> None:
+        """Close the log of ``tp``; ``delete``: remove its directory too (the replica left this broker)."""
+        plog = self.logs.pop(tp, None)
+        self.producer_states.pop(tp, None)
+        if plog is None:
+            return
+        plog.close()
+        if delete:
+            shutil.rmtree(plog.directory, ignore_errors=True)
+
+    def close(self) -> None:
+        for plog in self.logs.values():
+            plog.close()
+        self.logs.clear()
+        self.producer_states.clear()
+
+    # ---- per-topic configs ----------------------------------------------------------------------
+
+    def update_image(self, image: MetadataImage) -> None:
+        self.image = image
+
+    def topic_config(self, topic: str, name: str) -> str | None:
+        """The topic's override, else the cluster default, else the broker's static default."""
+        overrides = self.image.topic_overrides(topic)
+        if name in overrides:
+            return overrides[name]
+        return self.image.cluster_defaults().get(name, self.topic_defaults.get(name))
+
+    def min_insync_replicas(self, topic: str) -> int:
+        value = self.topic_config(topic, MIN_INSYNC_REPLICAS)
+        try:
+            return max(1, int(value)) if value is not None else 1
+        except ValueError:
+            log.warning("topic %s: min.insync.replicas=%r is not an integer; using 1", topic, value)
+            return 1
+
+    def log_config(self, topic: str) -> LogConfig:
+        properties: dict[str, object] = {}
+        for key in LOG_CONFIG_KEYS:
+            value = self.topic_config(topic, key)
+            if value is None:
+                continue
+            if key.startswith("flush.") and value.strip().isdigit() and int(value) >= UNLIMITED_FROM:
+                continue
+            properties[key] = value
+        try:
+            return LogConfig.from_properties(properties)
+        except errors.KafkaError as exc:
+            log.warning("topic %s: bad log config (%s); using the defaults", topic, exc)
+            return LogConfig()
+
+    # ---- periodic duties ------------------------------------------------------------------------
+
+    def write_checkpoints(self) -> None:
+        """HW, log start offset and recovery point of every log (the checkpoint timer)."""
+        for plog in self.logs.values():
+            plog.write_checkpoints()
+
+    def maybe_flush(self) -> None:
+        """fsync the logs whose flush.ms elapsed (durability otherwise comes from replication)."""
+        for plog in self.logs.values():
+            plog.maybe_flush()
+
+    def delete_old_segments(self) -> dict[TP, int]:
+        """Retention (retention.ms / retention.bytes, whole segments below the HW): the number of
+        segments deleted per log that lost some (its log start offset moved)."""
+        deleted: dict[TP, int] = {}
+        for tp, plog in self.logs.items():
+            count = plog.delete_old_segments()
+            if count:
+                deleted[tp] = count
+                log.info("%s-%d: retention deleted %d segments; log start offset %d", *tp, count,
+                         plog.log_start_offset)  # fmt: skip
+        return deleted
+
+    def maybe_expire_producers(self) -> None:
+        """Drop idle producers (KIP-854) at most ten times per expiration period."""
+        now_ms = self.clock_ms()
+        if now_ms < self._next_producer_expiry_ms:
+            return
+        self._next_producer_expiry_ms = now_ms + max(1, self.producer_id_expiration_ms // 10)
+        for tp, pstate in self.producer_states.items():
+            expired = pstate.state.remove_expired(now_ms)
+            if expired:
+                log.info("%s-%d: expired idle producers %s", *tp, expired)
+
+    def invariants(self) -> None:
+        assert self.logs.keys() == self.producer_states.keys(), (
+            f"logs {sorted(self.logs)} != producer states {sorted(self.producer_states)}"
+        )
