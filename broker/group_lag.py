@@ -1,8 +1,9 @@
 """High watermarks of the partitions a coordinated group committed offsets for but this broker does
 not host, for the consumer-lag gauges (``broker.metrics``).
 
-Every ``interval_s`` (only while such partitions exist) one ListOffsets LATEST per leader broker asks
-for their high watermarks; the answers replace ``high_watermarks`` as a whole (a partition that
+Every ``interval_s`` (only while such partitions exist) one Kafka ListOffsets LATEST per leader broker
+(on its Kafka listener, over one kept connection per broker: ``broker.kafka_client``) asks for their
+high watermarks; the answers replace ``high_watermarks`` as a whole (a partition that
 moved or failed simply drops out until the next round). Hosted partitions are not asked: the
 metrics read their HW from the local replica. Runs on the broker's event loop; calls are bounded by
 ``timeout_s`` and a failure only logs.
@@ -15,19 +16,25 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import grpc
-
 from broker.group_coordinator import GroupCoordinator
+from broker.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.replica_manager import ReplicaManager
 from metadata.records import NO_LEADER
-from proto import broker_pb2, broker_pb2_grpc
-from proto.serving import GRPC_OPTIONS
+from proto.kafka import messages as m
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 REFRESH_INTERVAL_S = 5.0
 CALL_TIMEOUT_S = 2.0
+LIST_OFFSETS_VERSION = 7
+CONSUMER = -1  # replica_id: a consumer's view (LATEST = the high watermark)
+LATEST_TIMESTAMP = -1
+CLIENT_ID = "pykraft-group-lag"
+
+
+def latest(partition: int) -> m.ListOffsetsRequestListOffsetsPartition:
+    return m.ListOffsetsRequestListOffsetsPartition(partition_index=partition, timestamp=LATEST_TIMESTAMP)
 
 
 class RemoteHighWatermarks:
@@ -37,7 +44,7 @@ class RemoteHighWatermarks:
         self,
         manager: ReplicaManager,
         core: GroupCoordinator,
-        address_of: Callable[[int], str | None],
+        address_of: Callable[[int], tuple[str, int] | None],
         interval_s: float = REFRESH_INTERVAL_S,
         timeout_s: float = CALL_TIMEOUT_S,
     ) -> None:
@@ -47,7 +54,7 @@ class RemoteHighWatermarks:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.high_watermarks: dict[TP, int] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -58,8 +65,8 @@ class RemoteHighWatermarks:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for channel in self._channels.values():
-            await channel.close()
+        for connection in self._connections.values():
+            await connection.close()
 
     async def _loop(self) -> None:
         while True:
@@ -89,32 +96,32 @@ class RemoteHighWatermarks:
             address = self.address_of(leader)
             if address is None:
                 continue
-            if address not in self._channels:
-                self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
             by_topic: dict[str, list[int]] = {}
             for topic, partition in sorted(tps):
                 by_topic.setdefault(topic, []).append(partition)
-            request = broker_pb2.ListOffsetsRequest(
+            request = m.ListOffsetsRequest(
+                replica_id=CONSUMER,
                 topics=[
-                    broker_pb2.ListOffsetsTopic(
-                        name=topic,
-                        partitions=[
-                            broker_pb2.ListOffsetsPartition(partition=p, spec=broker_pb2.LATEST)
-                            for p in partitions
-                        ],
-                    )
-                    for topic, partitions in by_topic.items()
-                ]
+                    m.ListOffsetsRequestListOffsetsTopic(topic, [latest(p) for p in ps])
+                    for topic, ps in by_topic.items()
+                ],
             )
             try:
-                response = await broker_pb2_grpc.BrokerServiceStub(self._channels[address]).ListOffsets(
-                    request, timeout=self.timeout_s
-                )
-            except grpc.aio.AioRpcError as exc:
-                log.info("ListOffsets to broker %d for consumer lag: %s", leader, exc.code().name)
+                connection = await self._connection(address)
+                response = await connection.request(request, LIST_OFFSETS_VERSION, self.timeout_s)
+            except (KafkaConnectionError, TimeoutError) as exc:
+                log.info("ListOffsets to broker %d for consumer lag: %s", leader, exc)
                 continue
             for topic in response.topics:
                 for p in topic.partitions:
-                    if p.error.code == 0:
-                        fresh[(topic.name, p.partition)] = p.offset
+                    if p.error_code == 0:
+                        fresh[(topic.name, p.partition_index)] = p.offset
         self.high_watermarks = fresh
+
+    async def _connection(self, address: tuple[str, int]) -> KafkaConnection:
+        """The kept connection to ``address``; a new one when there is none or it failed."""
+        connection = self._connections.get(address)
+        if connection is None or connection.closed:
+            connection = await KafkaConnection.open(*address, CLIENT_ID, self.timeout_s)
+            self._connections[address] = connection
+        return connection

@@ -220,7 +220,7 @@ class BrokerNode:
         self.groups = GroupDriver(
             self.manager, group_config_from(settings), monotonic_ms, settings.offsets_commit_timeout_ms
         )
-        self.group_lag = RemoteHighWatermarks(self.manager, self.groups.core, self.address_of)
+        self.group_lag = RemoteHighWatermarks(self.manager, self.groups.core, self.kafka_address_of)
         self.metrics.register_group_lag(self.groups.core, lambda: self.group_lag.high_watermarks)
         self.metrics_endpoint: MetricsEndpoint | None = None
         self.producer_ids = ProducerIdManager(
@@ -250,13 +250,6 @@ class BrokerNode:
         self._roles_started = False
 
     # ---- addresses ------------------------------------------------------------------------------
-
-    def address_of(self, broker_id: int) -> str | None:
-        broker = self.image.brokers.get(broker_id)
-        if broker is None or not broker.endpoints:
-            return None
-        endpoint = broker.endpoints[0]
-        return f"{endpoint.host}:{endpoint.port}"
 
     def kafka_address_of(self, broker_id: int) -> tuple[str, int] | None:
         """A broker's Kafka endpoint for replication: the one named like this broker's first Kafka

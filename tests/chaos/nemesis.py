@@ -27,19 +27,17 @@ except with ``overlap``, where the next fault may hit a cluster still recovering
 from __future__ import annotations
 
 import random
-import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from proto.kafka import messages as m
-from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
 from pykraft.admin import AdminClient
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import OK, History
 from tests.chaos.workload import GROUP
+from tests.kafka_call import kafka_call
 
 KINDS = (
     "kill-leader",
@@ -69,28 +67,6 @@ class Fault:
 
 
 KAFKA_CALL_TIMEOUT_S = 5.0
-
-
-def kafka_call(address: str, api_key: int, version: int, request: object) -> object:
-    """One Kafka request on a fresh connection to ``address`` (bounded by KAFKA_CALL_TIMEOUT_S)."""
-    host, port = address.rsplit(":", 1)
-    frame = encode_request(RequestHeader(api_key, version, 1, "chaos-nemesis"), request)
-    with socket.create_connection((host, int(port)), timeout=KAFKA_CALL_TIMEOUT_S) as sock:
-        sock.settimeout(KAFKA_CALL_TIMEOUT_S)
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", _recv(sock, 4))
-        _correlation_id, body = parse_response(api_key, version, _recv(sock, size))
-    return body
-
-
-def _recv(sock: socket.socket, size: int) -> bytes:
-    out = bytearray()
-    while len(out) < size:
-        chunk = sock.recv(size - len(out))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {size} bytes")
-        out += chunk
-    return bytes(out)
 
 
 class Nemesis(threading.Thread):
@@ -142,7 +118,7 @@ class Nemesis(threading.Thread):
         # (rd_kafka_enq_once_del_source_return: eonce->refcnt > 0) and aborts the whole process.
         for address in self.cluster.kafka_bootstrap.split(","):
             try:
-                answer = kafka_call(address, ApiKey.FIND_COORDINATOR, 2, m.FindCoordinatorRequest(key=GROUP))
+                answer = kafka_call(address, m.FindCoordinatorRequest(key=GROUP), 2, KAFKA_CALL_TIMEOUT_S)
             except OSError:
                 continue
             if answer.error_code == 0:

@@ -25,53 +25,24 @@ from confluent_kafka import KafkaError, Producer
 
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
-from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
+from proto.kafka.api import ApiKey
 from storage.record_batch import build_batch
 from tests.compat.clients import DEADLINE_S, read_confluent
 from tests.integration.broker.broker_cluster import BrokerCluster
 from tests.integration.kafka.test_kafka_bad_input import closed_by_broker
+from tests.kafka_call import KafkaSocket
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
 CRC_AT = 17  # baseOffset 8, batchLength 4, partitionLeaderEpoch 4, magic 1
 
 
-class Connection:
-    """One Kafka connection that sends requests with our codec and reads the answers in order."""
-
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=DEADLINE_S)
-        self.correlation_id = 0
-
-    def call(self, api_key: int, version: int, request: object) -> object:
-        self.correlation_id += 1
-        header = RequestHeader(api_key, version, self.correlation_id, "compat-bad-input")
-        payload = encode_request(header, request)
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", self.read(4))
-        correlation_id, response = parse_response(api_key, version, self.read(size))
-        assert correlation_id == self.correlation_id
-        return response
-
-    def read(self, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = self.sock.recv(size - len(data))
-            assert chunk, "the broker closed the connection"
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def produce(conn: Connection, topic: str, records: bytes) -> m.ProduceResponsePartitionProduceResponse:
+def produce(conn: KafkaSocket, topic: str, records: bytes) -> m.ProduceResponsePartitionProduceResponse:
     """Produce v10 (KIP-951: errors name the current leader), acks=all, partition 0."""
     data = m.ProduceRequestPartitionProduceData(index=0, records=records)
     topic_data = [m.ProduceRequestTopicProduceData(name=topic, partition_data=[data])]
     request = m.ProduceRequest(acks=-1, timeout_ms=10_000, topic_data=topic_data)
-    return conn.call(ApiKey.PRODUCE, 10, request).responses[0].partition_responses[0]
+    return conn.call(request, 10, DEADLINE_S).responses[0].partition_responses[0]
 
 
 def high_watermark(cluster: BrokerCluster, topic: str) -> int:
@@ -112,8 +83,8 @@ def test_per_partition_errors_keep_the_connection_and_append_nothing(
     good = build_batch([(b"k", b"v", (), 1_700_000_000_000)])
     corrupt = bytearray(good)
     corrupt[CRC_AT] ^= 0xFF
-    to_leader = Connection(compat_cluster.broker(leader).kafka_address)
-    to_follower = Connection(compat_cluster.broker(follower).kafka_address)
+    to_leader = KafkaSocket(compat_cluster.broker(leader).kafka_address, DEADLINE_S)
+    to_follower = KafkaSocket(compat_cluster.broker(follower).kafka_address, DEADLINE_S)
     try:
         r = produce(to_leader, topic, bytes(corrupt))
         assert r.error_code == ErrorCode.CORRUPT_MESSAGE, ErrorCode(r.error_code).name
@@ -124,7 +95,7 @@ def test_per_partition_errors_keep_the_connection_and_append_nothing(
             m.FetchRequestFetchTopic(topic=topic, partitions=[m.FetchRequestFetchPartition(
                 partition=0, current_leader_epoch=info.leader_epoch + 1, fetch_offset=0,
                 partition_max_bytes=1 << 20)])])  # fmt: skip
-        answer = to_leader.call(ApiKey.FETCH, 11, fetch).responses[0].partitions[0]
+        answer = to_leader.call(fetch, 11, DEADLINE_S).responses[0].partitions[0]
         assert answer.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode(answer.error_code).name
         assert high_watermark(compat_cluster, topic) == 0, "a refused batch was appended"
         r = produce(to_leader, topic, good)  # the same connection still serves
@@ -144,8 +115,8 @@ def test_frames_that_lie_are_closed(what: str, compat_cluster: BrokerCluster) ->
     with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=DEADLINE_S) as sock:
         sock.sendall(data)
         assert closed_by_broker(sock), f"{what}: the broker kept the connection open"
-    healthy = Connection(broker.kafka_address)  # and the broker goes on serving
+    healthy = KafkaSocket(broker.kafka_address, DEADLINE_S)  # and the broker goes on serving
     try:
-        assert healthy.call(ApiKey.API_VERSIONS, 0, m.ApiVersionsRequest()).error_code == 0
+        assert healthy.call(m.ApiVersionsRequest(), 0, DEADLINE_S).error_code == 0
     finally:
         healthy.close()

@@ -11,12 +11,12 @@ script's reason, when none can start: no root, apt failing, ...), make the deboo
 ``DockerCompose`` runs `up --wait` with free host ports in an env file and `down --volumes` at the
 end, also on failure. An engine this test started is stopped by its pid.
 
-Networking: the brokers' gRPC services advertise ``broker-N:PORT`` (their compose service name) and
-listen on the same PORT that is published on 127.0.0.1, so this test's gRPC calls — a client outside
-the compose network — map each advertised ``broker-N:PORT`` to ``127.0.0.1:PORT`` (what an
-/etc/hosts line does for a user). Kafka clients need no such map (issue 14 §4): each broker's
-EXTERNAL Kafka listener advertises 127.0.0.1 and its published port, and a confluent-kafka producer
-and consumer on the host bootstrap from one of them and produce and read back through all three.
+Networking: topics are created over gRPC at a controller's published admin port. The data goes over
+the Kafka protocol (issue 14 §4): each broker's EXTERNAL Kafka listener advertises 127.0.0.1 and its
+published port, so a client on the host needs no address map. A confluent-kafka producer and
+consumer bootstrap from one of them and produce and read back through all three; the acks=all rounds
+around the stopped broker send raw Produce/Fetch/Metadata requests (``tests.kafka_call``) to each
+partition's leader, so that the brokers' own error codes and offsets are checked.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from proto import broker_pb2, broker_pb2_grpc
 from proto.errors import ErrorCode
 from proto.listeners import pick_ports
 from pykraft.admin import AdminClient
-from storage.record_batch import build_batch, decode_records
+from storage.record_batch import build_batch
+from tests import kafka_call as kafka
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -51,7 +51,6 @@ ENGINE_TIMEOUT_S = 900  # may apt-get install docker.io on a fresh machine
 BASE_IMAGE_TIMEOUT_S = 600  # debootstrap: 1-4 minutes
 BUILD_TIMEOUT_S = 900  # first build ~2-5 minutes (pip downloads wheels); cached: seconds
 COMPOSE_TIMEOUT_S = 240
-RPC_TIMEOUT_S = 10.0
 TOPIC = "compose-demo"
 KAFKA_TOPIC = "compose-kafka-clients"
 KAFKA_RECORDS = 60
@@ -154,7 +153,8 @@ def image(docker_host: str) -> str:
 
 
 class Stack:
-    """The running compose project as the test sees it: published ports and gRPC stubs to brokers."""
+    """The running compose project as the test sees it: published ports, the gRPC admin client and raw
+    Kafka requests to the brokers' EXTERNAL listeners."""
 
     def __init__(
         self, compose, controller_ports: list[int], broker_ports: dict[int, int], kafka_ports: dict[int, int]
@@ -164,78 +164,52 @@ class Stack:
         self.broker_ports = broker_ports  # broker id -> the port it advertises, listens on and publishes
         self.kafka_ports = kafka_ports  # broker id -> its EXTERNAL Kafka listener's port (same on the host)
         self.admin = AdminClient(",".join(f"127.0.0.1:{p}" for p in controller_ports), timeout_s=60.0)
-        self._channels: dict[str, grpc.Channel] = {}
         self.stopped: set[int] = set()
 
     def close(self) -> None:
         self.admin.close()
-        for channel in self._channels.values():
-            channel.close()
 
     @staticmethod
     def service(broker_id: int) -> str:
         return f"broker-{broker_id - 100}"
 
-    def published(self, advertised_host: str, port: int) -> str:
-        """An advertised broker endpoint, as reached from the host (the published port on 127.0.0.1)."""
-        known = {(self.service(b), p) for b, p in self.broker_ports.items()}
-        assert (advertised_host, port) in known, f"unexpected advertised endpoint {advertised_host}:{port}"
-        return f"127.0.0.1:{port}"
-
-    def stub(self, broker_id: int) -> broker_pb2_grpc.BrokerServiceStub:
-        address = self.published(self.service(broker_id), self.broker_ports[broker_id])
-        if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address)
-        return broker_pb2_grpc.BrokerServiceStub(self._channels[address])
+    def kafka_address(self, broker_id: int) -> str:
+        return f"127.0.0.1:{self.kafka_ports[broker_id]}"
 
     def live_brokers(self) -> list[int]:
         return [b for b in BROKER_IDS if b not in self.stopped]
-
-    def metadata(self, broker_id: int) -> broker_pb2.MetadataResponse:
-        return self.stub(broker_id).Metadata(
-            broker_pb2.MetadataRequest(topics=[TOPIC]), timeout=RPC_TIMEOUT_S
-        )
 
     def leaders(self) -> dict[int, int] | None:
         """partition -> leader, when every live broker agrees and every leader is live; else None."""
         views = []
         for b in self.live_brokers():
-            response = self.metadata(b)
-            for endpoint in response.brokers:  # every advertised endpoint maps to a published port
-                self.published(endpoint.host, endpoint.port)
+            response = kafka.metadata(self.kafka_address(b), [TOPIC])
+            endpoints = {e.node_id: (e.host, e.port) for e in response.brokers}
+            assert all(endpoints[i] == ("127.0.0.1", self.kafka_ports[i]) for i in endpoints), endpoints
             topic = response.topics[0]
-            if topic.error.code != ErrorCode.NONE or len(topic.partitions) != PARTITIONS:
+            if topic.error_code != ErrorCode.NONE or len(topic.partitions) != PARTITIONS:
                 return None
-            views.append({p.partition: (p.leader_id, p.leader_epoch) for p in topic.partitions})
+            views.append({p.partition_index: (p.leader_id, p.leader_epoch) for p in topic.partitions})
         if any(view != views[0] for view in views):
             return None
         leaders = {p: leader for p, (leader, _) in views[0].items()}
         return leaders if all(leader in self.live_brokers() for leader in leaders.values()) else None
 
-    def produce(self, leader: int, partition: int, values: list[bytes]) -> tuple[ErrorCode, int, str]:
-        now = int(time.time() * 1000)
-        records = build_batch([(None, v, (), now) for v in values])
-        data = broker_pb2.PartitionProduceData(partition=partition, records=records)
-        request = broker_pb2.ProduceRequest(
-            acks=-1, timeout_ms=10_000, topics=[broker_pb2.TopicProduceData(name=TOPIC, partitions=[data])]
-        )
-        r = self.stub(leader).Produce(request, timeout=10 + RPC_TIMEOUT_S).topics[0].partitions[0]
-        return ErrorCode(r.error.code), r.base_offset, r.error.message
-
     def produce_acked(self, partition: int, values: list[bytes]) -> int:
         """Produce with acks=all to the current leader, retrying retriable errors; the base offset."""
+        records = build_batch([(None, v, (), int(time.time() * 1000)) for v in values])
 
         def attempt() -> int | None:
             leaders = self.leaders()
             if leaders is None:
                 return None
-            code, base_offset, message = self.produce(leaders[partition], partition, values)
-            if code == ErrorCode.NONE:
-                return base_offset + 1  # +1: offset 0 must count as success
-            assert code in {
+            r = kafka.produce(self.kafka_address(leaders[partition]), TOPIC, partition, records, -1, 10_000)
+            if r.code == ErrorCode.NONE:
+                return r.base_offset + 1  # +1: offset 0 must count as success
+            assert r.code in {
                 ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT,
                 ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.LEADER_NOT_AVAILABLE,
-            }, f"produce to {TOPIC}-{partition}: {code.name}: {message}"  # fmt: skip
+            }, f"produce to {TOPIC}-{partition}: {r.code.name}: {r.message}"  # fmt: skip
             return None
 
         return int(wait_for(attempt, 60, f"an acks=all produce to {TOPIC}-{partition}")) - 1
@@ -243,29 +217,7 @@ class Stack:
     def read_committed(self, partition: int) -> list[tuple[int, bytes]]:
         """Every committed record of ``partition`` as (offset, value), fetched from its live leader."""
         leaders = wait_for(self.leaders, 60, "agreed, live leaders")
-        stub = self.stub(leaders[partition])
-        out: list[tuple[int, bytes]] = []
-        offset = 0
-        while True:
-            part = broker_pb2.FetchPartition(
-                partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20
-            )
-            request = broker_pb2.FetchRequest(
-                max_wait_ms=0,
-                min_bytes=1,
-                max_bytes=4 << 20,
-                topics=[broker_pb2.FetchTopic(name=TOPIC, partitions=[part])],
-            )
-            data = stub.Fetch(request, timeout=RPC_TIMEOUT_S).topics[0].partitions[0]
-            assert data.error.code == ErrorCode.NONE, (
-                f"fetch {TOPIC}-{partition}@{offset}: {ErrorCode(data.error.code).name} {data.error.message}"
-            )
-            records = [(r.offset, r.value) for r in decode_records(data.records) if r.offset >= offset]
-            out.extend(records)
-            if not records:
-                assert offset >= data.high_watermark, f"no records at {offset} below HW {data.high_watermark}"
-                return out
-            offset = records[-1][0] + 1
+        return kafka.read_all(self.kafka_address(leaders[partition]), TOPIC, partition)
 
     @contextlib.contextmanager
     def logs_on_failure(self) -> Iterator[None]:

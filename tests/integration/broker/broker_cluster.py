@@ -1,5 +1,7 @@
-"""Helpers for the broker integration tests: a ``LocalCluster`` with short timeouts, raw produce/fetch
-over BrokerService stubs (batches built with ``storage.record_batch.build_batch``), waits with
+"""Helpers for the broker integration tests: a ``LocalCluster`` with short timeouts, raw Produce, Fetch,
+ListOffsets and Metadata on a broker's Kafka listener (``tests.kafka_call``: the broker under test
+answers itself, with its exact error codes and epochs; batches built with
+``storage.record_batch.build_batch`` go to the log as they are), waits with
 deadlines, a node's Prometheus metrics, and a stopped replica's log read from its files. Every
 process is stopped by pid in the fixtures' ``finally`` (``LocalCluster.down`` then ``kill_node`` for
 anything left)."""
@@ -8,22 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from proto import broker_pb2, broker_pb2_grpc, errors
+from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka import messages as m
 from pykraft.admin import AdminClient, PartitionInfo
 from pykraft.cluster import LocalCluster, NodeSpec
 from storage.log import Log
 from storage.record_batch import build_batch, decode_records
+from tests import kafka_call as kafka
+from tests.kafka_call import Produced
 
 # Short protocol timeouts so that failures are detected quickly, yet robust on a loaded 2-core machine.
 FAST_OVERRIDES = {
@@ -83,38 +86,18 @@ def running_cluster(data_dir: Path, brokers: int = 3, **overrides: str) -> Itera
             cluster.kill_node(spec)
 
 
-@dataclass(frozen=True)
-class Produced:
-    code: ErrorCode
-    base_offset: int
-    message: str
-    leader_id: int = -1
-    leader_epoch: int = -1
-
-
 class BrokerCluster:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
-        self._channels: dict[str, grpc.Channel] = {}
-        self._lock = threading.Lock()  # stubs are shared by producer/consumer threads
         self.admin = AdminClient(cluster.controller_addresses, timeout_s=30.0)
 
     def close(self) -> None:
         self.admin.close()
-        for channel in self._channels.values():
-            channel.close()
 
     # ---- nodes --------------------------------------------------------------------------------
 
     def broker(self, broker_id: int) -> NodeSpec:
         return self.cluster.node(f"broker-{broker_id}")
-
-    def stub(self, broker_id: int) -> broker_pb2_grpc.BrokerServiceStub:
-        address = self.broker(broker_id).address
-        with self._lock:
-            if address not in self._channels:
-                self._channels[address] = grpc.insecure_channel(address)
-            return broker_pb2_grpc.BrokerServiceStub(self._channels[address])
 
     def active_controller(self) -> NodeSpec:
         leader = self.admin.describe_quorum().leader_id
@@ -142,12 +125,14 @@ class BrokerCluster:
     def describe(self, topic: str, partition: int = 0) -> PartitionInfo:
         return self.admin.describe_topics([topic])[0].partitions[partition]
 
-    def metadata(self, broker_id: int, topic: str, partition: int = 0) -> broker_pb2.PartitionMetadata | None:
-        response = self.stub(broker_id).Metadata(
-            broker_pb2.MetadataRequest(topics=[topic]), timeout=RPC_TIMEOUT_S
-        )
-        parts = {p.partition: p for p in response.topics[0].partitions}
-        return parts.get(partition)
+    def metadata_response(self, broker_id: int, topics: list[str] | None) -> m.MetadataResponse:
+        """Metadata from ``broker_id``'s Kafka listener (``topics=None``: every topic)."""
+        return kafka.metadata(self.kafka_address(broker_id), topics)
+
+    def metadata(self, broker_id: int, topic: str, partition: int = 0) -> m.MetadataResponsePartition | None:
+        """``topic``-``partition`` as ``broker_id`` sees it in its metadata image (None if unknown)."""
+        (described,) = self.metadata_response(broker_id, [topic]).topics
+        return next((p for p in described.partitions if p.partition_index == partition), None)
 
     def all_brokers_lead_or_follow(self, topic: str, partitions: int) -> bool:
         for p in range(partitions):
@@ -187,11 +172,14 @@ class BrokerCluster:
             if set(info.isr) != isr or info.leader < 0:
                 return False
             md = self.metadata(info.leader, topic, partition)
-            return md is not None and set(md.isr) == isr
+            return md is not None and set(md.isr_nodes) == isr
 
         wait_for(reached, timeout_s, f"ISR {sorted(isr)} of {topic}-{partition}")
 
-    # ---- data --------------------------------------------------------------------------------
+    # ---- data (raw Kafka requests to one broker's Kafka listener: tests.kafka_call) ----------------
+
+    def kafka_address(self, broker_id: int) -> str:
+        return self.broker(broker_id).kafka_address
 
     def produce_raw(
         self,
@@ -200,85 +188,30 @@ class BrokerCluster:
         records: bytes,
         acks: int = -1,
         partition: int = 0,
-        leader_epoch: int | None = None,
         timeout_ms: int = 5000,
     ) -> Produced:
-        data = broker_pb2.PartitionProduceData(partition=partition, records=records)
-        if leader_epoch is not None:
-            data.current_leader_epoch = leader_epoch
-        request = broker_pb2.ProduceRequest(
-            acks=acks,
-            timeout_ms=timeout_ms,
-            topics=[broker_pb2.TopicProduceData(name=topic, partitions=[data])],
-        )
-        r = (
-            self.stub(broker_id)
-            .Produce(request, timeout=timeout_ms / 1000 + RPC_TIMEOUT_S)
-            .topics[0]
-            .partitions[0]
-        )
-        return Produced(
-            ErrorCode(r.error.code),
-            r.base_offset,
-            r.error.message,
-            r.current_leader.leader_id,
-            r.current_leader.leader_epoch,
-        )
+        return kafka.produce(self.kafka_address(broker_id), topic, partition, records, acks, timeout_ms)
 
     def produce(self, broker_id: int, topic: str, values: list[bytes], acks: int = -1, **kw) -> Produced:
         now = int(time.time() * 1000)
         return self.produce_raw(broker_id, topic, batch(values, now), acks=acks, **kw)
 
     def fetch(
-        self,
-        broker_id: int,
-        topic: str,
-        offset: int,
-        partition: int = 0,
-        max_wait_ms: int = 0,
-        min_bytes: int = 1,
-        max_bytes: int = 1 << 20,
-        **fields: int,
-    ) -> broker_pb2.PartitionData:
-        part = broker_pb2.FetchPartition(
-            partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes, **fields
-        )
-        request = broker_pb2.FetchRequest(
-            max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes,
-            topics=[broker_pb2.FetchTopic(name=topic, partitions=[part])],
-        )
-        return (
-            self.stub(broker_id)
-            .Fetch(request, timeout=max_wait_ms / 1000 + RPC_TIMEOUT_S)
-            .topics[0]
-            .partitions[0]
-        )
+        self, broker_id: int, topic: str, offset: int, partition: int = 0, **kw: int
+    ) -> m.FetchResponsePartitionData:
+        return kafka.fetch(self.kafka_address(broker_id), topic, partition, offset, **kw)
 
     def read_all(self, broker_id: int, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
-        """Every committed record [log start, HW) as (offset, value), from ``broker_id`` (the leader)."""
-        out: list[tuple[int, bytes]] = []
-        offset = 0
-        while True:
-            data = self.fetch(broker_id, topic, offset, partition)
-            assert data.error.code == 0, (
-                f"fetch at {offset}: {ErrorCode(data.error.code).name} {data.error.message}"
-            )
-            records = [(r.offset, r.value) for r in decode_records(data.records) if r.offset >= offset]
-            out.extend(records)
-            if not records:
-                if offset >= data.high_watermark:
-                    return out
-                raise AssertionError(f"no records at {offset} below HW {data.high_watermark}")
-            offset = records[-1][0] + 1
+        return kafka.read_all(self.kafka_address(broker_id), topic, partition)
+
+    def list_offset(
+        self, broker_id: int, topic: str, timestamp: int, partition: int = 0, **kw: int
+    ) -> m.ListOffsetsResponseListOffsetsPartitionResponse:
+        return kafka.list_offset(self.kafka_address(broker_id), topic, partition, timestamp, **kw)
 
     def high_watermark(self, broker_id: int, topic: str, partition: int = 0) -> int:
-        part = broker_pb2.ListOffsetsPartition(partition=partition, spec=broker_pb2.LATEST)
-        request = broker_pb2.ListOffsetsRequest(
-            topics=[broker_pb2.ListOffsetsTopic(name=topic, partitions=[part])]
-        )
-        r = self.stub(broker_id).ListOffsets(request, timeout=RPC_TIMEOUT_S).topics[0].partitions[0]
-        assert r.error.code == 0, f"ListOffsets: {ErrorCode(r.error.code).name} {r.error.message}"
+        r = self.list_offset(broker_id, topic, kafka.LATEST, partition)
+        assert r.error_code == 0, f"ListOffsets: {ErrorCode(r.error_code).name}"
         return r.offset
 
 

@@ -5,7 +5,7 @@ process behind each connection, which shows whose fetcher dialled whose advertis
 
 Rules under test (Kafka's ``advertised.listeners``): a broker registers its advertised endpoints (gRPC
 and Kafka), not its listen addresses, so Metadata and DescribeCluster return the proxy's ports and
-clients dial them;
+clients dial them (the broker's Kafka Metadata answers with the Kafka endpoints);
 replica fetchers dial the leader's registered Kafka endpoint (replication is a Kafka Fetch: an
 ``acks=all`` produce with ``min.insync.replicas=2`` commits only once the follower fetched there);
 controllers listen apart from their ``--voters`` entries and still elect a leader (the voters dial
@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_cluster import FAST_OVERRIDES, RPC_TIMEOUT_S, BrokerCluster
+from broker_cluster import FAST_OVERRIDES, BrokerCluster
 from confluent_kafka import Producer
 
-from proto import broker_pb2
 from pykraft.cli_cluster import wait_ready
 from pykraft.cluster import LocalCluster
 from tests.chaos.cluster import ProxyControl, start_proxied
@@ -67,9 +66,11 @@ def test_brokers_advertise_the_proxy_and_replicate_through_it(
         i: (("GRPC", "127.0.0.1", port), ("PLAINTEXT", "127.0.0.1", kafka_advertised[i]))
         for i, port in advertised.items()
     }, registered
-    for broker_id in advertised:
-        response = bc.stub(broker_id).Metadata(broker_pb2.MetadataRequest(), timeout=RPC_TIMEOUT_S)
-        assert {b.node_id: b.port for b in response.brokers} == advertised
+    for broker_id in advertised:  # Kafka Metadata names each broker's advertised Kafka endpoint
+        response = bc.metadata_response(broker_id, topics=None)
+        assert {b.node_id: (b.host, b.port) for b in response.brokers} == {
+            i: ("127.0.0.1", port) for i, port in kafka_advertised.items()
+        }, response.brokers
 
     bc.create_topic(TOPIC, partitions=1, rf=2, min_insync_replicas="2")
     leader = bc.leader(TOPIC)

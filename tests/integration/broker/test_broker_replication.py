@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 from broker_cluster import BrokerCluster, read_log_file, running_cluster, wait_for
 
@@ -75,7 +74,7 @@ class Workload:
                 continue
             try:
                 md = self.cluster.metadata(broker_id, self.topic)
-            except grpc.RpcError:
+            except OSError:  # the broker is down, or did not answer in time
                 continue
             if md is not None and md.leader_id > 0:
                 self.leader = md.leader_id
@@ -89,7 +88,7 @@ class Workload:
             n += 1
             try:
                 result = self.cluster.produce(self.leader, self.topic, values, timeout_ms=3000)
-            except grpc.RpcError:
+            except OSError:  # the broker is down, or did not answer in time
                 self._refresh_leader()
                 continue
             if result.code == ErrorCode.NONE:
@@ -105,10 +104,10 @@ class Workload:
         while not self.stop.is_set():
             try:
                 data = self.cluster.fetch(self.leader, self.topic, position, max_wait_ms=200)
-            except grpc.RpcError:
+            except OSError:  # the broker is down, or did not answer in time
                 self._refresh_leader()
                 continue
-            if data.error.code != ErrorCode.NONE:
+            if data.error_code != ErrorCode.NONE:
                 self._refresh_leader()
                 continue
             for record in decode_records(data.records):

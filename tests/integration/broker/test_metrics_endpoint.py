@@ -60,8 +60,8 @@ def test_leo_hw_and_request_metrics_move_after_produce(cluster: BrokerCluster, t
             30, f"LEO and HW 3 on {spec.name}",
         )  # fmt: skip
     leader_spec = cluster.broker(leader)
-    assert value(leader_spec, "pykraft_broker_requests_total", api="Produce") >= 1
-    assert value(leader_spec, "pykraft_broker_request_latency_seconds_count", api="Produce") >= 1
+    assert value(leader_spec, "pykraft_kafka_requests_total", api="Produce") >= 1
+    assert value(leader_spec, "pykraft_kafka_request_latency_seconds_count", api="Produce") >= 1
     assert value(leader_spec, "pykraft_broker_leader_partitions") >= 1
     followers = [s for s in cluster.cluster.broker_nodes if s.node_id != leader]
     # Replication is a Kafka Fetch from each follower to the leader's Kafka listener (no consumer here).

@@ -51,7 +51,7 @@ def offsets_records(cluster: BrokerCluster, group: str) -> list[OffsetsRecord]:
     records, offset = [], 0
     while True:
         data = cluster.fetch(leader, OFFSETS_TOPIC, offset)
-        assert data.error.code == 0, data.error
+        assert data.error_code == 0, ErrorCode(data.error_code).name
         if not data.records:
             assert offset >= data.high_watermark, f"no records at {offset} below HW {data.high_watermark}"
             return [r for r in records if r.group == group]

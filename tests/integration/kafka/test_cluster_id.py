@@ -9,8 +9,6 @@ refuses to run (Kafka's INCONSISTENT_CLUSTER_ID). Every process is stopped by pi
 from __future__ import annotations
 
 import contextlib
-import socket
-import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,10 +19,10 @@ from confluent_kafka.admin import AdminClient
 
 from metadata.records import cluster_id_problem
 from proto.kafka import messages as m
-from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
 from proto.meta_properties import META_PROPERTIES, read_cluster_id
 from pykraft.cluster import NodeSpec
 from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
+from tests.kafka_call import kafka_call
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,38 +37,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
         yield bc
 
 
-def kafka_call(address: str, api_key: int, version: int, request: object) -> object:
-    """One request on a fresh connection to ``address``; the decoded response body."""
-    host, port = address.rsplit(":", 1)
-    frame = encode_request(RequestHeader(api_key, version, 1, "test-cluster-id"), request)
-    with socket.create_connection((host, int(port)), timeout=SOCKET_TIMEOUT_S) as sock:
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", recv_exactly(sock, 4))
-        correlation_id, body = parse_response(api_key, version, recv_exactly(sock, size))
-    assert correlation_id == 1
-    return body
-
-
-def recv_exactly(sock: socket.socket, size: int) -> bytes:
-    out = bytearray()
-    while len(out) < size:
-        chunk = sock.recv(size - len(out))
-        assert chunk, f"connection closed after {len(out)} of {size} bytes"
-        out += chunk
-    return bytes(out)
-
-
 def answers_of(bc: BrokerCluster) -> dict[str, set[str]]:
     """Every broker's cluster id in Metadata v4 (kcat's), v12, and DescribeCluster v0."""
     out: dict[str, set[str]] = {}
     for spec in bc.cluster.broker_nodes:
         ids = {
-            kafka_call(spec.kafka_address, ApiKey.METADATA, v, m.MetadataRequest(topics=[])).cluster_id
+            kafka_call(spec.kafka_address, m.MetadataRequest(topics=[]), v, SOCKET_TIMEOUT_S).cluster_id
             for v in (4, 12)
         }
-        ids.add(
-            kafka_call(spec.kafka_address, ApiKey.DESCRIBE_CLUSTER, 0, m.DescribeClusterRequest()).cluster_id
-        )
+        ids.add(kafka_call(spec.kafka_address, m.DescribeClusterRequest(), 0, SOCKET_TIMEOUT_S).cluster_id)
         out[spec.name] = ids
     return out
 
