@@ -361,7 +361,10 @@ def pykraft_end_to_end(args: argparse.Namespace, bootstrap: str) -> list[float]:
 def pykraft_fetch(args: argparse.Namespace, bootstrap: str, pids: list[int]) -> dict:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "produce-bench-fetch",
                          "enable.auto.commit": False, "max.partition.fetch.bytes": 4 << 20,
-                         "fetch.max.bytes": 50 << 20})  # fmt: skip
+                         "fetch.max.bytes": 50 << 20,
+                         # not librdkafka's 1,000 ms pause whenever its queue passes 100,000 records
+                         # (bench/throughput_bench.py's consumer_settings)
+                         "fetch.queue.backoff.ms": 10})  # fmt: skip
     try:
         consumer.assign([TopicPartition("bench-6", p, OFFSET_BEGINNING) for p in range(6)])
         count = 0
