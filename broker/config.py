@@ -379,7 +379,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Required, unless given by their Kafka names (node.id, listeners, controller.quorum.bootstrap.servers
     # or controller.quorum.voters, log.dirs, broker.rack) in --config-file or PYKRAFT_* variables.
     parser.add_argument("--node-id", type=int, help="this broker's id (e.g. 101)")
-    parser.add_argument("--listen", help="host:port of the gRPC services (admin, BrokerService)")
+    parser.add_argument("--listen", help="host:port of the gRPC admin API and health")
     parser.add_argument("--controllers", help="host:port[,host:port...] of any controllers")
     parser.add_argument("--data-dir", type=Path, help="directory of the partition logs")
     parser.add_argument("--rack", help="rack id for replica placement")

@@ -15,9 +15,10 @@ Counted as events happen:
   leader's AlterPartition, or the controller fencing a broker). ``observe_isr`` compares each led
   partition's ISR with the one seen last in the same leader epoch; the broker calls it after every
   metadata update and AlterPartition answer. A new leadership starts a new baseline (not counted).
-- ``pykraft_broker_requests_total`` and ``pykraft_broker_request_latency_seconds`` (label ``api``:
-  ``Produce``, ``Fetch``, ...): request rates and latencies, timed around each
-  gRPC handler by ``RequestTimer`` (a server interceptor), whatever the answer's error code.
+- ``pykraft_broker_requests_total`` and ``pykraft_broker_request_latency_seconds`` (label ``api``):
+  rates and latencies of the gRPC handlers named in ``TIMED_METHODS``, timed by ``RequestTimer`` (a
+  server interceptor), whatever the answer's error code. The data plane is not among them: Produce,
+  Fetch, ListOffsets and Metadata are Kafka requests, counted below.
 
 The Kafka listener (``broker.network``, ``broker.handlers``), label ``api`` = Kafka's API name
 (``Produce``, ``Fetch``, ``Metadata``, ...):
@@ -61,10 +62,6 @@ from broker.replica_manager import ReplicaManager
 
 # Full gRPC method name -> the ``api`` label.
 TIMED_METHODS = {
-    "/pykraft.broker.BrokerService/Produce": "Produce",
-    "/pykraft.broker.BrokerService/Fetch": "Fetch",
-    "/pykraft.broker.BrokerService/Metadata": "Metadata",
-    "/pykraft.broker.BrokerService/ListOffsets": "ListOffsets",
     **{
         f"/pykraft.group.GroupService/{api}": api
         for api in (

@@ -3,7 +3,7 @@
 It wires the sans-I/O cores to the partition logs: ``storage.log.Log`` holds the bytes,
 ``broker.partition.Partition`` decides (HW, ISR, epochs), the purgatories park acks=all produces and
 long-poll fetches. It is synchronous and single-threaded: the broker's asyncio loop calls it from the
-gRPC handlers (``broker.broker_service``), the Kafka request handlers (``broker.handlers``), the fetcher tasks
+Kafka request handlers (``broker.handlers``: the whole data plane), the fetcher tasks
 (``broker.fetcher_driver``) and the metadata follower (``broker.server``). What needs the network goes
 out through two callbacks: ``FetcherControl`` (start / stop following a partition on a leader) and
 ``send_alter_partition(topic_id, proposal)``; parked operations are answered through the callback
@@ -45,8 +45,8 @@ the one last applied and acts on the changed ones; with ``reg`` the partition's 
 - partition removed or moved away: ``partition.stop()``, remove from fetchers, fail its delayed
   operations, close (and for a deleted topic, delete) the log.
 
-Produce (BrokerService.Produce)
--------------------------------
+Produce (the Kafka Produce handler)
+-----------------------------------
 Per partition, in order: a client's append to an internal topic -> INVALID_TOPIC_EXCEPTION (only
 ``AppendOrigin.COORDINATOR``, the group coordinator, writes there); unknown topic ->
 UNKNOWN_TOPIC_OR_PARTITION; ``partition.check_append(acks, current_leader_epoch)`` (leadership,

@@ -1,9 +1,10 @@
 """The data broker process: ``pykraft broker --node-id 101 --listen H:P --controllers H:P,... --data-dir D``.
 
 Startup, in order:
-1. serve BrokerService, AdminService (forwarded to the controllers) and health (NOT_SERVING until
-   ready) on ``--listen``, and the Kafka protocol on every Kafka listener (clients, and the other
-   brokers' replica fetchers: replication is a Kafka Fetch, ``broker.handlers.replica_fetch``);
+1. serve AdminService (forwarded to the controllers, ``broker.admin_forwarder``) and health
+   (NOT_SERVING until ready) on the gRPC ``--listen``, and the Kafka protocol — the whole data plane —
+   on every Kafka listener (clients, and the other brokers' replica fetchers: replication is a Kafka
+   Fetch, ``broker.handlers.replica_fetch``);
 2. register with the active controller (any controller forwards there) with a fresh incarnation id,
    getting a broker epoch (the offset of the registration record). The registration carries the
    cluster id of the data directory's ``meta.properties`` (``proto.meta_properties``; written from the
@@ -53,7 +54,7 @@ from typing import Any
 
 import grpc
 
-from broker.broker_service import AdminForwarder, BrokerServicer
+from broker.admin_forwarder import AdminForwarder
 from broker.config import GRPC_LISTENER, BrokerConfig, BrokerConfigError, KafkaListenerSpec, config_from
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
@@ -72,7 +73,6 @@ from metadata.records import ConfigRecord, CorruptMetadataError, decode_batch
 from proto import (
     admin_pb2,
     admin_pb2_grpc,
-    broker_pb2_grpc,
     common_pb2,
     controller_pb2,
     controller_pb2_grpc,
@@ -104,7 +104,6 @@ log = logging.getLogger(__name__)
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 SERVICE_NAMES = [
-    "pykraft.broker.BrokerService",
     "pykraft.admin.AdminService",
     "pykraft.group.GroupService",
 ]
@@ -274,13 +273,6 @@ class BrokerNode:
         registers that one (unless an advertised listener says otherwise)."""
         self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port)
         self.server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RequestTimer(self.metrics)])
-        broker_pb2_grpc.add_BrokerServiceServicer_to_server(
-            BrokerServicer(
-                self.manager, monotonic_ms, self.config.settings.request_timeout_ms, lambda: -1,
-                producer_ids=self.producer_ids,
-            ),
-            self.server,
-        )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminForwarder(self.forward_admin), self.server)
         group_pb2_grpc.add_GroupServiceServicer_to_server(
             GroupServicer(
@@ -383,8 +375,8 @@ class BrokerNode:
 
     async def register(self) -> None:
         host, port = self.config.endpoint  # the advertised listener (default: the listen address)
-        # GRPC first: gRPC callers (replica fetchers, group lag, the admin client) dial a broker's first
-        # endpoint; Kafka Metadata answers pick the endpoint named like the listener asked.
+        # GRPC first: a gRPC caller (the admin client) dials a broker's first endpoint; Kafka Metadata
+        # answers and the replica fetchers pick the Kafka endpoint by listener name.
         endpoints = [metadata_pb2.Endpoint(name=GRPC_LISTENER, host=host, port=port)] + [
             metadata_pb2.Endpoint(name=spec.name, host=spec.advertised_host, port=kafka_port)
             for spec, kafka_port in self.kafka_endpoints()

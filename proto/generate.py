@@ -1,7 +1,7 @@
 """Regenerate the protobuf and gRPC Python code from ``proto/*.proto`` and the Kafka protocol codec.
 
 Run it as ``./dev proto`` (or ``python -m proto.generate``). The generated modules sit beside the
-``.proto`` files and are imported as ``from proto import broker_pb2``. They are committed behind a
+``.proto`` files and are imported as ``from proto import admin_pb2``. They are committed behind a
 "generated, do not edit" banner; ``tests/unit/proto/test_generated_fresh.py`` regenerates into a
 temporary directory and fails when the committed files differ. It then runs
 ``proto.kafka.generate`` (``proto/kafka/messages.py`` from ``proto/kafka/schemas/*.json``), which has

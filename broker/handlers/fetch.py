@@ -1,6 +1,6 @@
 """Fetch (1), v4-16: consumers read ``[log start, HW)`` of the partitions this broker leads.
 
-The replica manager decides (``fetch_for_consumer``, as for the gRPC Fetch): leadership and the
+The replica manager decides (``fetch_for_consumer``): leadership and the
 client's leader epoch, KIP-320 truncation detection (``last_fetched_epoch`` -> ``diverging_epoch``,
 v12+), OFFSET_OUT_OF_RANGE with the valid range, and the long poll: the request parks in the fetch
 purgatory until ``min_bytes`` are there or ``max_wait_ms`` passed, woken when the HW moves. The

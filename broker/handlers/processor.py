@@ -3,7 +3,7 @@
 The listener (``broker.network``) hands each complete frame to ``RequestProcessor.process``, which
 parses it with the generated codec (``proto.kafka.api.parse_request``), calls the API's handler and
 encodes the answer (``encode_response``). The generated layer stops here: a handler turns the decoded
-request into calls on the replica manager (exactly as the gRPC ``broker.broker_service`` does), the
+request into calls on the replica manager (the broker's only data plane: there is no gRPC one), the
 producer-id manager, ... and builds the response object from what they return; no wire struct goes
 further in. ``records`` stay the bytes of the frame (a memoryview) on the way in and the log's bytes — or a
 ``FileSlice`` of the segment, which the listener sends with sendfile — on the way out.

@@ -1,7 +1,7 @@
 """Produce (0), v3-10: append record batches to the partitions this broker leads.
 
-Every rule is the replica manager's (``ReplicaManager.produce``, as for the gRPC Produce): per
-partition, all or nothing — unknown topic, leadership and the client's leader epoch, acks,
+Every rule is the replica manager's (``ReplicaManager.produce``): per
+partition, all or nothing — unknown topic, leadership (Kafka's Produce names no leader epoch), acks,
 ``|ISR| >= min.insync.replicas`` for acks=all (NOT_ENOUGH_REPLICAS, nothing appended), the batch's
 header/CRC/size (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE), Kafka's LogValidator rules for clients
 (INVALID_RECORD: no control batches, no empty batch, a producer id needs a sequence >= 0), no appends to

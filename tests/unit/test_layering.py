@@ -2,14 +2,16 @@
 
 Arrows: pykraft, spark -> proto; broker -> storage, metadata (image only), proto; metadata -> raft,
 proto; raft -> proto; storage -> proto. Core modules never import I/O or call module-level random.
-Replication is on the Kafka protocol (issue 16): the follower's fetcher speaks Kafka Fetch to the
-leader's Kafka listener, and no gRPC ReplicaService exists; gRPC carries Raft, the controller API and
-the admin API (plus, until they retire, BrokerService and GroupService).
+One data plane (issue 16): the follower's fetcher speaks Kafka Fetch to the leader's Kafka listener,
+clients produce, fetch, list offsets and read metadata on the Kafka listener, and no gRPC
+ReplicaService or BrokerService exists; gRPC carries only Raft, the controller API and the admin API
+(plus GroupService until it retires).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,42 @@ def imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
     return names
+
+
+# What gRPC carries (DESIGN.md): the Raft quorum (RaftService; RaftClientService, the raft package's own
+# client API), the controller API brokers call, and the admin API.
+GRPC_SERVICES = {"RaftService", "RaftClientService", "ControllerService", "AdminService"}
+RETIRING_SERVICES = {"GroupService"}  # issue 16 §4: goes with proto/group.proto
+# The gRPC servicers a broker may register: the admin API it forwards to the controllers.
+BROKER_SERVICERS = {"AdminService"} | RETIRING_SERVICES
+
+
+def test_grpc_carries_only_raft_the_controller_api_and_the_admin_api() -> None:
+    """No .proto defines a data-plane service (Produce, Fetch, ListOffsets, Metadata, InitProducerId
+    and replication are Kafka requests), and no generated code of the retired ones is left."""
+    services = {
+        name: path.name
+        for path in sorted((ROOT / "proto").glob("*.proto"))
+        for name in re.findall(r"^service (\w+)", path.read_text(), re.MULTILINE)
+    }
+    assert set(services) - RETIRING_SERVICES <= GRPC_SERVICES, services
+    retired = [
+        "proto/broker.proto",
+        "proto/broker_pb2.py",
+        "proto/broker_pb2_grpc.py",
+        "broker/broker_service.py",
+    ]
+    assert not [p for p in retired if (ROOT / p).exists()]
+    users = [str(p.relative_to(ROOT)) for p in package_files() if "broker_pb2" in p.read_text()]
+    assert not users, f"{users} use the retired gRPC BrokerService"
+
+
+def test_no_broker_module_serves_a_grpc_data_plane() -> None:
+    """A broker registers gRPC servicers for the admin API only; its data plane is the Kafka listener."""
+    registered = {
+        str(path.relative_to(ROOT)): set(re.findall(r"add_(\w+?)Servicer_to_server", path.read_text()))
+        for path in sorted((ROOT / "broker").rglob("*.py"))
+    }
+    wrong = {path: names - BROKER_SERVICERS for path, names in registered.items() if names - BROKER_SERVICERS}
+    assert not wrong, f"broker modules register gRPC servicers beyond the admin API: {wrong}"
+    assert "AdminService" in registered["broker/server.py"]
