@@ -69,7 +69,8 @@ class Cluster:
         # Voters must know each other's ports up front: picked outside the ephemeral range, and all
         # started again on fresh ones when another process took one first.
         start_on_picked_ports(
-            lambda: [Started(f"node {i}", self.output(i), self._start(i), self.procs[i].poll)
+            lambda: [Started(f"node {i}", self.tmp / f"{self.module}-{i}", self.output(i), self._start(i),
+                             self.procs[i].poll, self.procs[i].pid)
                      for i in self.addresses],
             self._kill_all, self._assign_ports, DEADLINE_S, BIND_ATTEMPTS,
         )  # fmt: skip

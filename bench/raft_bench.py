@@ -86,7 +86,8 @@ class PykraftCluster:
     def start_all(self) -> None:
         """Start the three nodes; on a picked port another process took, start over on fresh ones."""
         start_on_picked_ports(
-            lambda: [Started(f"node {i}", self.tmp / f"n{i}.out", self.start(i), self.procs[i].poll)
+            lambda: [Started(f"node {i}", self.tmp / f"n{i}", self.tmp / f"n{i}.out", self.start(i),
+                             self.procs[i].poll, self.procs[i].pid)
                      for i in self.addresses],
             self.stop_all, self._assign_ports, DEADLINE_S, BIND_ATTEMPTS,
         )  # fmt: skip

@@ -31,9 +31,10 @@ the broker leads nothing (its leaderships moved away while it kept following), t
 logs are checkpointed and closed, and the process exits 0. Restarting on the same data directory
 recovers the logs (``storage.log``) and rejoins: the leader's diverging epoch decides any truncation.
 
-The process prints ``LISTENING HOST:PORT`` (and ``METRICS <url>``) as soon as it serves, and
-``READY <node-id>`` once it is registered. ``--listen HOST:0`` lets the kernel pick the port; the broker
-then registers the port it got. A bad flag, or a port another process serves, exits 2 with one line on
+The process writes its ready file (``proto.ready_file``: its listeners' ports and metrics URL) with
+state ``listening`` as soon as it serves, and ``ready`` once it is registered; its log carries no
+handshake lines. ``--listen HOST:0`` lets the kernel pick the port; the broker then registers the port
+it got. A bad flag, or a port another process serves, exits 2 with one line on
 stderr naming it (``proto.listeners``).
 """
 
@@ -78,6 +79,7 @@ from proto import (
     controller_pb2_grpc,
     group_pb2_grpc,
     metadata_pb2,
+    ready_file,
 )
 from proto.errors import ErrorCode
 from proto.listeners import (
@@ -86,7 +88,6 @@ from proto.listeners import (
     add_grpc_listener,
     check_bindable,
     listener_error,
-    listening_line,
 )
 from proto.logfmt import configure_logging, log_event
 from proto.meta_properties import (
@@ -109,7 +110,6 @@ SERVICE_NAMES = [
 ]
 LISTEN_SETTING = "--listen"
 EVENT_LOOP_ENV = "PYKRAFT_EVENT_LOOP"
-KAFKA_LISTENING_PREFIX = "KAFKA_LISTENING "  # then NAME://HOST:PORT, the advertised Kafka endpoint
 RETRY_BACKOFF_S = 0.1
 CONTROLLER_CALL_TIMEOUT_S = 5.0
 REREGISTER_CODES = (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED)
@@ -663,17 +663,20 @@ async def serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await node.bind()
-    # What a launcher reads when it asked for port 0 (proto.listeners); before registration, which
-    # needs the controllers.
-    # The Kafka endpoints first: a launcher that saw LISTENING finds them already written.
+    # What a launcher waits for when it asked for port 0 (proto.ready_file); before registration,
+    # which needs the controllers.
+    kafka_listeners = {}
     for spec, kafka_port in node.kafka_endpoints():
-        print(f"{KAFKA_LISTENING_PREFIX}{spec.name}://{spec.advertised_host}:{kafka_port}", flush=True)
+        kafka_listeners[spec.name] = f"{spec.advertised_host}:{kafka_port}"
         log_event(log, logging.INFO, "kafka_listener", listener=spec.name, advertised_port=kafka_port,
                   bound=f"{spec.host}:{spec.port}", advertised_host=spec.advertised_host)  # fmt: skip
-    print(listening_line(node.config.host, node.config.port), flush=True)
     if node.metrics_endpoint is not None:
-        print(f"METRICS {node.metrics_endpoint.url}", flush=True)
         log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics_endpoint.url)
+    ready = ready_file.ReadyFile(
+        config.node_id, "broker", os.getpid(), ready_file.LISTENING, f"{node.config.host}:{node.config.port}",
+        kafka_listeners, node.metrics_endpoint.url if node.metrics_endpoint is not None else None,
+    )  # fmt: skip
+    ready_file.write(config.data_dir, ready)
     starting = asyncio.create_task(node.start(), name="start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -688,7 +691,7 @@ async def serve(config: BrokerConfig) -> None:
     except InconsistentClusterIdError:
         await node.stop()
         raise
-    print(f"READY {config.node_id}", flush=True)
+    ready_file.write(config.data_dir, dataclasses.replace(ready, state=ready_file.READY))
     failing = asyncio.create_task(node.failed.wait(), name="failed")
     await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
     if node.failed.is_set():

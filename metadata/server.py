@@ -6,10 +6,10 @@
 
 One gRPC port serves RaftService (the other voters), AdminService (clients), ControllerService
 (brokers) and the standard health service. The Raft leader is the active controller. The process
-prints ``LISTENING HOST:PORT`` and ``READY <node-id>`` once it serves; SIGTERM or SIGINT stops it
-gracefully (an active controller hands leadership over first), bounded: a stop still running after
-``SHUTDOWN_DEADLINE_S`` is logged (``shutdown_stuck``, naming the step) and the process exits with
-status 3. A bad flag or an unusable data directory, or a port another process serves
+writes its ready file (``proto.ready_file``: its port and metrics URL) once it serves; SIGTERM or
+SIGINT stops it gracefully (an active controller hands leadership over first), bounded: a stop still
+running after ``SHUTDOWN_DEADLINE_S`` is logged (``shutdown_stuck``, naming the step) and the process
+exits with status 3. A bad flag or an unusable data directory, or a port another process serves
 (``proto.listeners``), exits with status 2 and one line on stderr naming the problem, never a traceback.
 
 Settings use Kafka's config names and come from ``--override KEY=VALUE``, ``PYKRAFT_<NAME>``
@@ -54,13 +54,12 @@ from metadata.metrics import controller_registry
 from metadata.records import NO_CLUSTER_ID, cluster_id_problem
 from metadata.service import ActiveController, Forwarder, fence_loop
 from metadata.state_machine import MetadataStateMachine
-from proto import admin_pb2_grpc, controller_pb2_grpc
+from proto import admin_pb2_grpc, controller_pb2_grpc, ready_file
 from proto.listeners import (
     SERVER_OPTIONS,
     ListenerError,
     add_grpc_listener,
     check_bindable,
-    listening_line,
     split_address,
 )
 from proto.logfmt import configure_logging, log_event
@@ -427,11 +426,13 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
         args.node_id, args.listen, args.voters, args.data_dir, settings, args.seed, args.metrics_port
     )
     await node.start()
-    print(listening_line(split_address(node.listen)[0], node.port), flush=True)
     if node.metrics is not None:
-        print(f"METRICS {node.metrics.url}", flush=True)
         log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics.url)
-    print(f"READY {args.node_id}", flush=True)
+    # What a launcher waits for (proto.ready_file): a controller serves once it listens.
+    ready_file.write(args.data_dir, ready_file.ReadyFile(
+        args.node_id, "controller", os.getpid(), ready_file.READY,
+        f"{split_address(node.listen)[0]}:{node.port}", metrics=node.metrics.url if node.metrics else None,
+    ))  # fmt: skip
     await stop.wait()
     log_event(log, logging.INFO, "shutdown", leader=node.driver.is_leader)
     # Covers stop() and asyncio.run's own clean-up of leftover tasks; a daemon thread, gone at exit.

@@ -10,9 +10,9 @@ first, so a busy port gives ``ListenerError`` with ONE line naming the setting a
 The processes print that line (``pykraft <role>: error: ...``) and exit 2, with no traceback. The
 metrics endpoint and any other listener (the Kafka listener) use ``check_bindable`` the same way.
 
-Reporting: a process that binds port 0 learns its port from the kernel; it prints
-``LISTENING HOST:PORT`` (``listening_line``) on stdout as soon as it serves, which is what a launcher
-reads (``parse_listening``).
+Reporting: a process that binds port 0 learns its port from the kernel; it writes the ports it got to
+its ready file (``proto.ready_file``) as soon as it serves, which is what a launcher waits for
+(``wait_listening``); its output (the log) carries no handshake lines.
 
 Choosing ports up front (only where port 0 cannot work, e.g. Raft voters, which must know each other's
 addresses before any of them starts): ``pick_ports`` returns ports that are free now, chosen at random
@@ -35,11 +35,11 @@ from pathlib import Path
 
 import grpc
 
+from proto import ready_file
 from proto.serving import GRPC_OPTIONS
 
 SERVER_OPTIONS: list[tuple[str, int]] = [*GRPC_OPTIONS, ("grpc.so_reuseport", 0)]
 ADDRESS_IN_USE = "address already in use"
-LISTENING_PREFIX = "LISTENING "
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LINUX_DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 PICK_PORT_MIN = 10_000  # below: well-known and registered services (Kafka's 9092, ...)
@@ -64,7 +64,7 @@ class PortTakenError(OSError):
 
 
 class NotListeningError(OSError):
-    """A process exited (or stayed silent past its deadline) before it printed ``LISTENING``."""
+    """A process exited (or stayed silent past its deadline) before its ready file said it listens."""
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -120,39 +120,30 @@ def add_grpc_listener(server: grpc.aio.Server, setting: str, address: str) -> in
     return port
 
 
-def listening_line(host: str, port: int) -> str:
-    return f"{LISTENING_PREFIX}{host}:{port}"
-
-
-def parse_listening(line: str) -> int | None:
-    """The port of a ``LISTENING HOST:PORT`` line; None for any other line."""
-    if not line.startswith(LISTENING_PREFIX):
-        return None
-    return split_address(line[len(LISTENING_PREFIX) :].strip())[1]
-
-
-def wait_listening(output: Path, start: int, exit_code: Callable[[], int | None], timeout_s: float,
-                   what: str) -> int:
-    """The port in the first ``LISTENING`` line a process writes to ``output`` after byte ``start``.
+def wait_listening(data_dir: Path, output: Path, start: int, exit_code: Callable[[], int | None],
+                   timeout_s: float, what: str, pid: int | None = None,
+                   state: str = ready_file.LISTENING) -> ready_file.ReadyFile:
+    """The ready file a process writes in ``data_dir`` once it reaches ``state`` (by default: it
+    listens, and the file holds the ports it got); with ``pid``, only a file that process wrote.
 
     ``exit_code()`` is None while the process runs. A process that exits first raises
-    ``PortTakenError`` when its output says ``ADDRESS_IN_USE`` (the caller retries on fresh ports),
-    else ``NotListeningError``, as does silence past ``timeout_s``; ``what`` names the process."""
+    ``PortTakenError`` when its output (``output`` from byte ``start``) says ``ADDRESS_IN_USE`` (the
+    caller retries on fresh ports), else ``NotListeningError`` with the last lines of that output, as
+    does silence past ``timeout_s``; ``what`` names the process."""
     deadline = time.monotonic() + timeout_s
     while True:
-        code = exit_code()  # before reading: a line written just before the exit is still seen
-        text = _read_from(output, start)
-        for line in text.split("\n")[:-1]:  # whole lines only: the last may still be being written
-            port = parse_listening(line)
-            if port is not None:
-                return port
+        code = exit_code()  # before reading: a file written just before the exit is still seen
+        ready = ready_file.read(data_dir)
+        if ready is not None and (pid is None or ready.pid == pid) and ready.reached(state):
+            return ready
         if code is not None:
+            text = _read_from(output, start)
             tail = " | ".join(text.strip().splitlines()[-3:])
             if ADDRESS_IN_USE in text:
                 raise PortTakenError(f"{what} exited ({code}): {tail}")
-            raise NotListeningError(f"{what} exited ({code}) before it listened (see {output}): {tail}")
+            raise NotListeningError(f"{what} exited ({code}) before it was {state} (see {output}): {tail}")
         if time.monotonic() > deadline:
-            raise NotListeningError(f"{what} did not listen within {timeout_s:.0f} s (see {output})")
+            raise NotListeningError(f"{what} was not {state} within {timeout_s:.0f} s (see {output})")
         time.sleep(0.02)
 
 
@@ -161,13 +152,16 @@ class Started:
     """A process just started: where its output goes (from byte ``start``) and how to poll it."""
 
     name: str
+    data_dir: Path  # where it writes its ready file
     output: Path
     start: int
     exit_code: Callable[[], int | None]
+    pid: int | None = None
 
 
 def start_on_picked_ports(start: Callable[[], list[Started]], stop: Callable[[], None],
-                          repick: Callable[[], None], timeout_s: float, attempts: int) -> list[int]:
+                          repick: Callable[[], None], timeout_s: float,
+                          attempts: int) -> list[ready_file.ReadyFile]:
     """Start processes that must know each other's picked ports up front (Raft voters); wait until
     each listens; the ports they report. When one finds its port taken: ``stop()`` them all,
     ``repick()`` the ports and start again, up to ``attempts`` times (then ``PortTakenError``). Any
@@ -175,7 +169,8 @@ def start_on_picked_ports(start: Callable[[], list[Started]], stop: Callable[[],
     for attempt in range(1, attempts + 1):
         started = start()
         try:
-            return [wait_listening(s.output, s.start, s.exit_code, timeout_s, s.name) for s in started]
+            return [wait_listening(s.data_dir, s.output, s.start, s.exit_code, timeout_s, s.name, s.pid)
+                    for s in started]
         except PortTakenError:
             stop()
             if attempt == attempts:

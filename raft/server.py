@@ -10,7 +10,7 @@ and the standard health service. The state machine is ``AppendOnlyLog``: every c
 with its Raft index; a snapshot is the whole list. SIGTERM or SIGINT stops gracefully (a leader hands
 leadership over first). A bad flag or an unusable data directory exits with status 2 and one line on
 stderr naming the problem (a port another process serves, too: ``proto.listeners``), never a traceback.
-The process prints ``LISTENING HOST:PORT`` and ``READY <node-id>`` once it serves.
+The process writes its ready file (``proto.ready_file``, role ``raft``) once it serves.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import bisect
 import logging
+import os
 import signal
 import struct
 import sys
@@ -27,14 +28,13 @@ from pathlib import Path
 
 import grpc
 
-from proto import errors, raft_pb2, raft_pb2_grpc
+from proto import errors, raft_pb2, raft_pb2_grpc, ready_file
 from proto.errors import ErrorCode
 from proto.listeners import (
     SERVER_OPTIONS,
     ListenerError,
     add_grpc_listener,
     check_bindable,
-    listening_line,
     split_address,
 )
 from proto.serving import add_standard_services
@@ -240,13 +240,14 @@ async def serve(args: argparse.Namespace, config: DriverConfig) -> None:
         await server.stop(None)
         raise
     await server.start()
-    print(listening_line(split_address(args.listen)[0], port), flush=True)
     await health.set_serving(True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"READY {config.node_id}", flush=True)
+    ready_file.write(args.data_dir, ready_file.ReadyFile(
+        config.node_id, "raft", os.getpid(), ready_file.READY, f"{split_address(args.listen)[0]}:{port}"
+    ))  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     running = asyncio.create_task(driver.wait())
     await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)

@@ -47,7 +47,7 @@ def test_sigterm_stops_a_broker_that_has_no_controller(tmp_path: Path) -> None:
         proc = subprocess.Popen(broker_command(tmp_path), stdout=out, stderr=subprocess.STDOUT)
     try:
         # It serves (signal handlers installed) and keeps retrying its registration meanwhile.
-        port = wait_listening(output, 0, proc.poll, 60, "the broker")
+        port = wait_listening(tmp_path / "data", output, 0, proc.poll, 60, "the broker", proc.pid).port
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
         proc.send_signal(signal.SIGTERM)

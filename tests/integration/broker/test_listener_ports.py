@@ -1,7 +1,7 @@
 """No listener shares a port with a live process (issue 14, defect 4).
 
 gRPC enables SO_REUSEPORT by default: a second broker on a running broker's port used to bind it too,
-print READY and register the same endpoint, and clients reached either broker at random. Every
+say it was ready and register the same endpoint, and clients reached either broker at random. Every
 listener (gRPC with ``grpc.so_reuseport=0``, the metrics endpoint) now refuses a busy port at once with
 one line naming the setting and its value, exit status 2, no traceback; the live process keeps serving.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from proto import serving
+from proto import ready_file, serving
 from proto.listeners import ADDRESS_IN_USE, PortTakenError, pick_port, pick_ports, wait_listening
 from pykraft.cluster import LocalCluster
 from tests.integration.broker.broker_cluster import FAST_OVERRIDES
@@ -63,7 +63,9 @@ def live_controller(tmp_path: Path) -> Iterator[int]:
         output = tmp_path / f"live-{port}.out"
         proc = spawn(controller_command(tmp_path, f"live-{port}", port), output)
         try:
-            assert wait_listening(output, 0, proc.poll, START_TIMEOUT_S, "the live controller") == port
+            ready = wait_listening(tmp_path / f"live-{port}", output, 0, proc.poll, START_TIMEOUT_S,
+                                   "the live controller", proc.pid)
+            assert ready.port == port
         except PortTakenError:
             stop(proc)
             continue
@@ -94,7 +96,8 @@ def test_broker_and_controller_refuse_the_port_a_live_controller_serves(
     assert (controller.returncode, controller.stderr.splitlines()) == (
         2, [f"pykraft controller: error: {expected}"]
     )  # fmt: skip
-    assert "READY" not in broker.stdout + controller.stdout
+    assert not ready_file.path_in(tmp_path / "broker").exists()  # neither said it serves
+    assert not ready_file.path_in(tmp_path / "second").exists()
     assert serving.check_health(f"127.0.0.1:{port}", timeout_s=5.0)
 
 
@@ -132,11 +135,13 @@ def test_a_busy_metrics_port_is_refused_naming_the_setting(tmp_path: Path, role:
 
 
 def test_a_broker_on_port_zero_reports_the_port_it_got(tmp_path: Path) -> None:
-    """--listen HOST:0: the kernel picks the port and the broker prints it (what launchers read)."""
+    """--listen HOST:0: the kernel picks the port and the broker writes it to its ready file (what
+    launchers read)."""
     output = tmp_path / "broker.out"
     proc = spawn(broker_command(tmp_path, "127.0.0.1:0", "--metrics-port", "-1"), output)
     try:
-        port = wait_listening(output, 0, proc.poll, START_TIMEOUT_S, "the broker")
+        port = wait_listening(tmp_path / "broker", output, 0, proc.poll, START_TIMEOUT_S, "the broker",
+                              proc.pid).port
         assert port > 0
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from metadata.records import cluster_id_problem
+from proto import ready_file
 from proto.kafka import messages as m
 from proto.meta_properties import META_PROPERTIES, read_cluster_id
 from pykraft.cluster import NodeSpec
@@ -102,7 +103,8 @@ def test_broker_of_another_cluster_refuses_to_start(cluster: BrokerCluster) -> N
         assert code == 2
         log = cluster.cluster.log_path(spec).read_text()
         assert "INCONSISTENT_CLUSTER_ID" in log and OTHER in log
-        assert "READY 103" not in log.rsplit("LISTENING", 1)[-1]
+        ready = ready_file.read(cluster.cluster.data_dir / spec.name)
+        assert ready is not None and (ready.pid, ready.state) == (spec.pid, ready_file.LISTENING), ready
     finally:
         path.write_text(original)
         if cluster.cluster.exit_code(spec) is None:

@@ -62,7 +62,8 @@ class ControllerCluster:
         """Start every controller and wait until each listens; on a picked port another process took
         first, stop them all and start again on fresh ports (``BIND_ATTEMPTS``)."""
         start_on_picked_ports(
-            lambda: [Started(f"controller {i}", self.log_path(i), self.start(i), self.procs[i].poll)
+            lambda: [Started(f"controller {i}", self.tmp / f"c{i}", self.log_path(i), self.start(i),
+                             self.procs[i].poll, self.procs[i].pid)
                      for i in self.ports],
             self.stop_all, self._assign_ports, START_TIMEOUT_S, BIND_ATTEMPTS,
         )  # fmt: skip

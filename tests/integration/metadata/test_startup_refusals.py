@@ -1,6 +1,6 @@
 """Issue 17 §1: a process given a setting it cannot use refuses to start with one line naming the
 setting and the value (exit status 2, no traceback, within a deadline), instead of an errno from deep
-inside the start-up or a READY that serves nobody.
+inside the start-up or a ready file that serves nobody.
 
 - ``--data-dir`` that is a file (controller and broker).
 - A controller whose ``--listen`` is another voter's ``--voters`` entry (a copied command with the wrong
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from proto.listeners import pick_ports
+from proto import ready_file
+from proto.listeners import pick_ports, wait_listening
 
 pytestmark = pytest.mark.integration
 REFUSED_WITHIN_S = 15.0  # python start-up under load; nothing else waits
@@ -31,10 +31,11 @@ def run(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     return done, time.monotonic() - started
 
 
-def assert_refused(done: subprocess.CompletedProcess[str], took_s: float, role: str, line: str) -> None:
+def assert_refused(done: subprocess.CompletedProcess[str], took_s: float, role: str, line: str,
+                   data_dir: Path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.splitlines() == [f"pykraft {role}: error: {line}"]
-    assert "READY" not in done.stdout
+    assert ready_file.read(data_dir) is None  # it never said it serves
     assert took_s < REFUSED_WITHIN_S
 
 
@@ -50,7 +51,8 @@ def test_a_data_dir_that_is_a_file_is_refused_naming_it(tmp_path: Path, role: st
     done, took_s = run(role, *args, "--listen", f"127.0.0.1:{port}", "--data-dir", str(a_file),
                        "--metrics-port", "-1")  # fmt: skip
     assert_refused(done, took_s, role,
-                   f"--data-dir {a_file}: is a file, not a directory; give a directory (created if missing)")
+                   f"--data-dir {a_file}: is a file, not a directory; give a directory (created if missing)",
+                   a_file)
 
 
 def test_a_controller_listening_on_another_voters_entry_is_refused(tmp_path: Path) -> None:
@@ -61,7 +63,8 @@ def test_a_controller_listening_on_another_voters_entry_is_refused(tmp_path: Pat
                        "--metrics-port", "-1")  # fmt: skip
     assert_refused(done, took_s, "controller",
                    f"--listen 127.0.0.1:{ports[1]} is controller 2's --voters entry, but this is --node-id 1 "
-                   f"(whose entry is 127.0.0.1:{ports[0]}): give the node id of this address")  # fmt: skip
+                   f"(whose entry is 127.0.0.1:{ports[0]}): give the node id of this address",
+                   tmp_path / "c")  # fmt: skip
 
 
 def test_a_controller_listening_where_its_voters_entry_does_not_point_is_refused(tmp_path: Path) -> None:
@@ -74,33 +77,25 @@ def test_a_controller_listening_where_its_voters_entry_does_not_point_is_refused
                    f"--listen 127.0.0.1:{elsewhere} does not match controller 2's --voters entry "
                    f"127.0.0.1:{entries[1]}, the address every other voter dials: give the node id whose "
                    f"entry this is, listen on 127.0.0.1:{entries[1]}, or set --advertised-listener to the "
-                   "entry when a proxy forwards it here")  # fmt: skip
+                   "entry when a proxy forwards it here", tmp_path / "c")  # fmt: skip
 
 
 def test_a_controller_behind_a_proxy_that_says_so_starts(tmp_path: Path) -> None:
     *entries, listen = pick_ports(4)
     voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(entries, start=1))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pykraft.cli", "controller", "--node-id", "2",
-         "--listen", f"127.0.0.1:{listen}", "--advertised-listener", f"127.0.0.1:{entries[1]}",
-         "--voters", voters,
-         "--data-dir", str(tmp_path / "c"), "--metrics-port", "-1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    killer = threading.Timer(60, process.kill)  # bounds the blocking reads below
-    killer.start()
+    output = tmp_path / "controller.out"
+    with open(output, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pykraft.cli", "controller", "--node-id", "2",
+             "--listen", f"127.0.0.1:{listen}", "--advertised-listener", f"127.0.0.1:{entries[1]}",
+             "--voters", voters,
+             "--data-dir", str(tmp_path / "c"), "--metrics-port", "-1"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
-        lines: list[str] = []
-        assert process.stdout is not None
-        while not any(line.startswith("READY") for line in lines):
-            line = process.stdout.readline()  # READY, or EOF when it exits or the timer kills it
-            if not line:
-                break
-            lines.append(line)
-        assert any(line.startswith("READY 2") for line in lines), "".join(lines)
+        ready = wait_listening(tmp_path / "c", output, 0, process.poll, 60, "controller 2", process.pid,
+                               ready_file.READY)  # fmt: skip
+        assert (ready.node_id, ready.listener) == (2, f"127.0.0.1:{listen}")
     finally:
-        killer.cancel()
         process.kill()
         process.wait()
-        if process.stdout is not None:
-            process.stdout.close()

@@ -104,7 +104,8 @@ class RaftCluster:
         """Start every node and wait until each listens; on a picked port another process took
         first, stop them all and start again on fresh ports (``BIND_ATTEMPTS``)."""
         start_on_picked_ports(
-            lambda: [Started(f"node {n}", self.log_path(n), self.start(n), self.procs[n].poll)
+            lambda: [Started(f"node {n}", self.tmp / f"node{n}", self.log_path(n), self.start(n),
+                             self.procs[n].poll, self.procs[n].pid)
                      for n in self.all_ids],
             self.stop_all, self._assign_ports, DEADLINE_S, BIND_ATTEMPTS,
         )  # fmt: skip

@@ -118,7 +118,8 @@ def test_a_controller_described_by_its_properties_file(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_controller_process_from_a_properties_file_alone(tmp_path: Path) -> None:
     """``pykraft controller --config-file server.properties`` serves, and exits 0 soon after SIGTERM."""
-    from proto.listeners import pick_port
+    from proto import ready_file
+    from proto.listeners import pick_port, wait_listening
 
     port = pick_port()
     path = tmp_path / "server.properties"
@@ -137,15 +138,13 @@ def test_controller_process_from_a_properties_file_alone(tmp_path: Path) -> None
         "--metrics-port",
         "-1",
     ]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path
-    )
+    output = tmp_path / "controller.out"
+    with open(output, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
     try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # blocks until a line or exit; the pytest timeout bounds it
-        assert first.strip() == f"LISTENING 127.0.0.1:{port}", first + proc.stdout.read()
-        second = proc.stdout.readline()
-        assert second.strip() == "READY 1", second + proc.stdout.read()
+        ready = wait_listening(tmp_path / "data", output, 0, proc.poll, 60, "controller 1", proc.pid,
+                               ready_file.READY)  # fmt: skip
+        assert (ready.node_id, ready.role, ready.listener) == (1, "controller", f"127.0.0.1:{port}")
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
@@ -154,5 +153,3 @@ def test_controller_process_from_a_properties_file_alone(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from proto import listeners
-from proto.listeners import ADDRESS_IN_USE, ListenerError, check_bindable, parse_listening, pick_ports
+from proto import listeners, ready_file
+from proto.listeners import ADDRESS_IN_USE, ListenerError, check_bindable, pick_ports
 
 
 def test_picked_ports_are_distinct_free_and_outside_the_ephemeral_range() -> None:
@@ -57,20 +57,19 @@ def test_an_address_that_is_not_ours_is_named() -> None:
         check_bindable("--listen", f"192.0.2.1:{pick_ports(1)[0]}")
 
 
-@pytest.mark.parametrize(
-    ("line", "port"),
-    [("LISTENING 127.0.0.1:4321\n", 4321), ("LISTENING [::1]:99", 99), ("READY 101", None), ("", None)],
-    ids=["ipv4", "ipv6", "other-line", "empty"],
-)
-def test_parse_listening(line: str, port: int | None) -> None:
-    assert parse_listening(line) == port
+def ready(port: int, pid: int = 7, state: str = ready_file.LISTENING) -> ready_file.ReadyFile:
+    return ready_file.ReadyFile(1, "controller", pid, state, f"127.0.0.1:{port}")
 
 
 class FakeProcess:
-    """A process as ``wait_listening`` sees it: output lines written to a file, then maybe an exit."""
+    """A process as ``wait_listening`` sees it: maybe a ready file, output lines, then maybe an exit."""
 
-    def __init__(self, path, lines: list[str], code: int | None) -> None:
-        path.write_text("".join(line + "\n" for line in lines))
+    def __init__(self, data_dir, output, lines: list[str], code: int | None,
+                 wrote: ready_file.ReadyFile | None = None) -> None:
+        data_dir.mkdir(exist_ok=True)
+        output.write_text("".join(line + "\n" for line in lines))
+        if wrote is not None:
+            ready_file.write(data_dir, wrote)
         self.code = code
 
     def poll(self) -> int | None:
@@ -78,40 +77,51 @@ class FakeProcess:
 
 
 @pytest.mark.parametrize(
-    ("lines", "code", "outcome"),
+    ("lines", "code", "wrote", "outcome"),
     [
-        (["old run", "LISTENING 127.0.0.1:5"], None, 5),
+        ([], None, ready(5), 5),
+        ([], None, ready(5, state=ready_file.READY), 5),
+        ([], None, ready(5, pid=6), listeners.NotListeningError),
         (["pykraft controller: error: --listen 127.0.0.1:9: address already in use (another ...)"], 2,
-         listeners.PortTakenError),
-        (["pykraft broker: error: --data-dir x: not a directory"], 2, listeners.NotListeningError),
-        (["still importing"], None, listeners.NotListeningError),
+         None, listeners.PortTakenError),
+        (["pykraft broker: error: --data-dir x: not a directory"], 2, None, listeners.NotListeningError),
+        (["still importing"], None, None, listeners.NotListeningError),
     ],
-    ids=["listening", "port-taken", "other-exit", "silent-past-deadline"],
-)
-def test_wait_listening(tmp_path, lines: list[str], code: int | None, outcome) -> None:
-    out = tmp_path / "out"
-    proc = FakeProcess(out, ["LISTENING 127.0.0.1:1", *lines], code)
-    start = len("LISTENING 127.0.0.1:1\n")  # an earlier run's line is not this run's
+    ids=["listening", "ready-is-past-listening", "an-earlier-runs-file", "port-taken", "other-exit",
+         "silent-past-deadline"],
+)  # fmt: skip
+def test_wait_listening(tmp_path, lines: list[str], code: int | None, wrote, outcome) -> None:
+    """The launcher's handshake is the ready file of the pid it started, never a line of the log."""
+    out, data = tmp_path / "out", tmp_path / "data"
+    proc = FakeProcess(data, out, ["an earlier run's output: address already in use", *lines], code, wrote)
+    start = len("an earlier run's output: address already in use\n")
     if isinstance(outcome, int):
-        assert listeners.wait_listening(out, start, proc.poll, 0.1, "node") == outcome
+        assert listeners.wait_listening(data, out, start, proc.poll, 0.1, "node", pid=7).port == outcome
     else:
         with pytest.raises(outcome, match="node"):
-            listeners.wait_listening(out, start, proc.poll, 0.1, "node")
+            listeners.wait_listening(data, out, start, proc.poll, 0.1, "node", pid=7)
+
+
+def test_wait_listening_names_the_last_lines_of_a_process_that_exited(tmp_path) -> None:
+    proc = FakeProcess(tmp_path / "d", tmp_path / "out", ["one", "two", "three", "four"], 1)
+    with pytest.raises(listeners.NotListeningError, match=r"node exited \(1\).*two \| three \| four$"):
+        listeners.wait_listening(tmp_path / "d", tmp_path / "out", 0, proc.poll, 5.0, "node")
 
 
 def test_start_on_picked_ports_starts_over_when_a_port_was_taken(tmp_path) -> None:
     events: list[str] = []
-    outputs = iter([["pykraft controller: error: --listen h:1: address already in use (x)"],
-                    ["LISTENING 127.0.0.1:7"]])  # fmt: skip
+    runs = iter([(["pykraft controller: error: --listen h:1: address already in use (x)"], 2, None),
+                 ([], None, ready(7))])  # fmt: skip
 
     def start() -> list[listeners.Started]:
         events.append("start")
-        proc = FakeProcess(tmp_path / f"out{len(events)}", next(outputs), None)
-        proc.code = 2 if "error" in (tmp_path / f"out{len(events)}").read_text() else None
-        return [listeners.Started("node", tmp_path / f"out{len(events)}", 0, proc.poll)]
+        lines, code, wrote = next(runs)
+        data, out = tmp_path / f"data{len(events)}", tmp_path / f"out{len(events)}"
+        proc = FakeProcess(data, out, lines, code, wrote)
+        return [listeners.Started("node", data, out, 0, proc.poll)]
 
-    ports = listeners.start_on_picked_ports(
+    started = listeners.start_on_picked_ports(
         start, lambda: events.append("stop"), lambda: events.append("repick"), 1.0, attempts=3
     )
-    assert ports == [7]
+    assert [r.port for r in started] == [7]
     assert events == ["start", "stop", "repick", "start"]
