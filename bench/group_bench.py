@@ -3,8 +3,10 @@
     .venv/bin/python bench/group_bench.py [--members 10] [--partitions 100] [--rounds 5] [--commits 400]
 
 One pykraft cluster (3 controllers + 3 brokers, started and stopped by pid by this script). The group
-members are simulated with raw GroupService calls (grpc.aio, one channel each, in this process): each
-joins (KIP-394 member id), the leader computes a range assignment of the topic's partitions, all sync,
+members are simulated with raw Kafka requests (the generated codec of proto/kafka over
+``broker.kafka_client.KafkaConnection``, one connection each, in this process): each joins (JoinGroup
+v5, KIP-394 member id), the leader computes a range assignment of the topic's partitions (Kafka's
+ConsumerProtocolSubscription / ConsumerProtocolAssignment v0 bytes), all sync,
 then heartbeat every ``--heartbeat-ms`` and rejoin when told REBALANCE_IN_PROGRESS, as Kafka's
 consumer does. This measures the coordinator's part of a rebalance; a real consumer adds its own
 revoke/assign callbacks and fetch restarts.
@@ -19,12 +21,13 @@ revoke/assign callbacks and fetch restarts.
   polled by its own thread in this process; one closes (LeaveGroup); the time until the others'
   assignments cover every partition exactly once, counted from their ``on_assign`` callbacks after
   the close. This adds the client's share: its heartbeat thread, JoinGroup/SyncGroup across polls,
-  revoke/assign. (Since issue 16 §3; before, pykraft's own gRPC ``Consumer``.)
+  revoke/assign. (Since issue 16 §3; before, pykraft's own gRPC ``Consumer``. Since issue 16 §4 the
+  simulated members speak the Kafka protocol too; before, the gRPC GroupService.)
 - **Rebalance time after a crash**: the same, but the member just stops (no LeaveGroup): the
   session timeout (``--session-ms``) dominates.
 - **Offset commits/s**: a member of the Stable group commits one partition's offset per request
   (generation-fenced, appended to ``__consumer_offsets`` with acks=all, RF=3). Baselines in the same
-  run: a Heartbeat round trip (the same service, no append) and a raw acks=all Produce of a batch of
+  run: a Heartbeat round trip (the same listener, no append) and a raw acks=all Produce of a batch of
   the same bytes to an RF=3 partition led by the coordinator's broker. One at a time, the three calls
   alternate call by call (each sees the same load; rate = calls / summed latency, and the p50
   latency); with 16 in flight, blocks of each call in an order rotated between ``REPEATS`` repeats
@@ -49,13 +52,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import grpc  # noqa: E402
+import struct  # noqa: E402
+
 from confluent_kafka import Consumer  # noqa: E402
 
 from broker.group_metadata import OffsetAndMetadata, OffsetCommitRecord  # noqa: E402
+from broker.kafka_client import KafkaConnection  # noqa: E402
 from broker.offsets_codec import encode_batch  # noqa: E402
-from proto import broker_pb2, broker_pb2_grpc, group_pb2, group_pb2_grpc  # noqa: E402
 from proto.errors import ErrorCode  # noqa: E402
+from proto.kafka import messages as m  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 from pykraft.cluster import LocalCluster  # noqa: E402
 
@@ -65,6 +70,9 @@ GROUP = "bench-group"
 START_TIMEOUT_S = 90.0
 WAIT_S = 60.0
 REPEATS = 3
+CALL_TIMEOUT_S = 60.0
+JOIN_VERSION, SYNC_VERSION, HEARTBEAT_VERSION, LEAVE_VERSION = 5, 3, 3, 3
+COMMIT_VERSION, FIND_VERSION, PRODUCE_VERSION = 7, 3, 7
 OVERRIDES = {
     "broker.session.timeout.ms": "3000",
     "broker.heartbeat.interval.ms": "300",
@@ -92,13 +100,46 @@ def range_assignment(members: list[str], partitions: int) -> dict[str, list[int]
     return out
 
 
+def kafka_string(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+def subscription(topic: str) -> bytes:
+    """Kafka's ConsumerProtocolSubscription v0: version, topics, null user data."""
+    return struct.pack(">hi", 0, 1) + kafka_string(topic) + struct.pack(">i", -1)
+
+
+def assignment(topic: str, partitions: list[int]) -> bytes:
+    """Kafka's ConsumerProtocolAssignment v0: version, [topic, partitions], null user data."""
+    body = struct.pack(">hi", 0, 1) + kafka_string(topic)
+    body += struct.pack(f">i{len(partitions)}i", len(partitions), *partitions)
+    return body + struct.pack(">i", -1)
+
+
+def assigned_partitions(data: bytes) -> list[int]:
+    """The partitions of a ConsumerProtocolAssignment (any version; ``assignment``'s one topic)."""
+    (topics,) = struct.unpack_from(">i", data, 2)
+    pos, out = 6, []
+    for _ in range(topics):
+        (size,) = struct.unpack_from(">h", data, pos)
+        pos += 2 + size
+        (count,) = struct.unpack_from(">i", data, pos)
+        out += struct.unpack_from(f">{count}i", data, pos + 4)
+        pos += 4 + 4 * count
+    return out
+
+
+async def connect(address: str) -> KafkaConnection:
+    host, port = address.rsplit(":", 1)
+    return await KafkaConnection.open(host, int(port), "bench", CALL_TIMEOUT_S)
+
+
 class Member:
     """One simulated consumer: join, (lead and) sync, heartbeat, rejoin on REBALANCE_IN_PROGRESS."""
 
     def __init__(self, address: str, partitions: int, session_ms: int, heartbeat_ms: int) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address)
-        self.stub = group_pb2_grpc.GroupServiceStub(self.channel)
+        self.conn: KafkaConnection | None = None
         self.partitions, self.session_ms, self.heartbeat_ms = partitions, session_ms, heartbeat_ms
         self.member_id = ""
         self.generation = -1
@@ -106,20 +147,20 @@ class Member:
         self.joined_at = self.synced_at = 0.0  # perf_counter of the last JoinGroup / SyncGroup answer
         self.task: asyncio.Task | None = None
 
+    async def call(self, request, version: int):
+        if self.conn is None or self.conn.closed:
+            self.conn = await connect(self.address)
+        return await self.conn.request(request, version, CALL_TIMEOUT_S)
+
     async def join_and_sync(self) -> None:
-        subscription = group_pb2.ConsumerProtocolSubscription(topics=[TOPIC]).SerializeToString()
         while True:
-            request = group_pb2.JoinGroupRequest(
-                group_id=GROUP,
-                session_timeout_ms=self.session_ms,
-                rebalance_timeout_ms=30_000,
-                member_id=self.member_id,
-                protocol_type="consumer",
-                client_id="bench",
-                protocols=[group_pb2.JoinGroupProtocol(name="range", metadata=subscription)],
-            )
-            joined = await self.stub.JoinGroup(request, timeout=60)
-            code = joined.error.code
+            request = m.JoinGroupRequest(
+                group_id=GROUP, session_timeout_ms=self.session_ms, rebalance_timeout_ms=30_000,
+                member_id=self.member_id, protocol_type="consumer",
+                protocols=[m.JoinGroupRequestProtocol(name="range", metadata=subscription(TOPIC))],
+            )  # fmt: skip
+            joined = await self.call(request, JOIN_VERSION)
+            code = joined.error_code
             if code in (ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.NONE):
                 self.member_id = joined.member_id
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
@@ -129,48 +170,34 @@ class Member:
             self.joined_at = time.perf_counter()
             assignments = []
             if joined.leader == self.member_id:
-                plan = range_assignment([m.member_id for m in joined.members], self.partitions)
+                plan = range_assignment([x.member_id for x in joined.members], self.partitions)
                 assignments = [
-                    group_pb2.SyncGroupAssignment(
-                        member_id=m,
-                        assignment=group_pb2.ConsumerProtocolAssignment(
-                            assigned_partitions=[group_pb2.TopicPartitions(topic=TOPIC, partitions=ps)],
-                        ).SerializeToString(),
-                    )
-                    for m, ps in plan.items()
+                    m.SyncGroupRequestAssignment(member_id=member, assignment=assignment(TOPIC, ps))
+                    for member, ps in plan.items()
                 ]
-            synced = await self.stub.SyncGroup(
-                group_pb2.SyncGroupRequest(
-                    group_id=GROUP,
-                    generation_id=joined.generation_id,
-                    member_id=self.member_id,
-                    assignments=assignments,
-                ),
-                timeout=60,
-            )
-            if synced.error.code != ErrorCode.NONE:
+            synced = await self.call(
+                m.SyncGroupRequest(group_id=GROUP, generation_id=joined.generation_id,
+                                   member_id=self.member_id, assignments=assignments),
+                SYNC_VERSION,
+            )  # fmt: skip
+            if synced.error_code != ErrorCode.NONE:
                 continue
-            decoded = group_pb2.ConsumerProtocolAssignment.FromString(synced.assignment)
-            self.assignment = [p for tp in decoded.assigned_partitions for p in tp.partitions]
+            self.assignment = assigned_partitions(bytes(synced.assignment))
             self.generation = joined.generation_id
             self.synced_at = time.perf_counter()
             return
+
+    def heartbeat_request(self) -> m.HeartbeatRequest:
+        return m.HeartbeatRequest(group_id=GROUP, generation_id=self.generation, member_id=self.member_id)
 
     async def run(self) -> None:
         await self.join_and_sync()
         while True:
             await asyncio.sleep(self.heartbeat_ms / 1000)
-            response = await self.stub.Heartbeat(
-                group_pb2.HeartbeatRequest(
-                    group_id=GROUP, generation_id=self.generation, member_id=self.member_id
-                ),
-                timeout=30,
-            )
-            if response.error.code != ErrorCode.NONE:
-                if response.error.code != ErrorCode.REBALANCE_IN_PROGRESS:
-                    self.member_id = (
-                        "" if response.error.code == ErrorCode.UNKNOWN_MEMBER_ID else self.member_id
-                    )
+            code = (await self.call(self.heartbeat_request(), HEARTBEAT_VERSION)).error_code
+            if code != ErrorCode.NONE:
+                if code != ErrorCode.REBALANCE_IN_PROGRESS:
+                    self.member_id = "" if code == ErrorCode.UNKNOWN_MEMBER_ID else self.member_id
                 await self.join_and_sync()
 
     def start(self) -> None:
@@ -180,18 +207,19 @@ class Member:
         assert self.task is not None
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
-        await self.channel.close()
+        if self.conn is not None:
+            await self.conn.close()
 
     async def leave(self) -> None:
         await self.crash()
-        channel = grpc.aio.insecure_channel(self.address)
-        await group_pb2_grpc.GroupServiceStub(channel).LeaveGroup(
-            group_pb2.LeaveGroupRequest(
-                group_id=GROUP, members=[group_pb2.MemberIdentity(member_id=self.member_id)]
-            ),
-            timeout=30,
-        )
-        await channel.close()
+        conn = await connect(self.address)
+        try:
+            leave = m.LeaveGroupRequest(
+                group_id=GROUP, members=[m.LeaveGroupRequestMemberIdentity(member_id=self.member_id)]
+            )
+            await conn.request(leave, LEAVE_VERSION, CALL_TIMEOUT_S)
+        finally:
+            await conn.close()
 
 
 def settled(members: list[Member], partitions: int, after_generation: int) -> bool:
@@ -217,8 +245,8 @@ async def rebalances(address: str, args: argparse.Namespace, crash: bool, rounds
     members = [
         Member(address, args.partitions, args.session_ms, args.heartbeat_ms) for _ in range(args.members)
     ]
-    for m in members:
-        m.start()
+    for member in members:
+        member.start()
     await wait_settled(members, args.partitions, 0)
     times = []
     for _ in range(rounds):
@@ -238,8 +266,8 @@ async def rebalances(address: str, args: argparse.Namespace, crash: bool, rounds
         newcomer.start()
         members.append(newcomer)
         await wait_settled(members, args.partitions, members[0].generation)
-    for m in members:
-        await m.leave()
+    for member in members:
+        await member.leave()
     return times
 
 
@@ -337,56 +365,36 @@ async def commits(address: str, produce_address: str, args: argparse.Namespace) 
     member = Member(address, args.partitions, 30_000, 1_000)
     member.start()
     await wait_settled([member], args.partitions, 0)
-    stub = member.stub
-    produce = broker_pb2_grpc.BrokerServiceStub(grpc.aio.insecure_channel(produce_address))
+    produce = await connect(produce_address)
     record = OffsetCommitRecord(GROUP, TOPIC, 0, OffsetAndMetadata(123456, 1, "", int(time.time() * 1000)))
     batch = encode_batch((record,), int(time.time() * 1000))
 
     async def commit(i: int) -> None:
-        r = await stub.OffsetCommit(
-            group_pb2.OffsetCommitRequest(
-                group_id=GROUP,
-                generation_id=member.generation,
-                member_id=member.member_id,
-                topics=[
-                    group_pb2.OffsetCommitTopic(
-                        name=TOPIC,
-                        partitions=[
-                            group_pb2.OffsetCommitPartition(
-                                partition=i % args.partitions, committed_offset=i, committed_leader_epoch=-1
-                            )
-                        ],
-                    )
-                ],
+        r = await member.call(
+            m.OffsetCommitRequest(
+                group_id=GROUP, generation_id=member.generation, member_id=member.member_id,
+                topics=[m.OffsetCommitRequestTopic(name=TOPIC, partitions=[
+                    m.OffsetCommitRequestPartition(partition_index=i % args.partitions, committed_offset=i,
+                                                   committed_leader_epoch=-1),
+                ])],
             ),
-            timeout=30,
-        )
-        assert r.topics[0].partitions[0].error.code == 0, r
+            COMMIT_VERSION,
+        )  # fmt: skip
+        assert r.topics[0].partitions[0].error_code == 0, r
 
     async def heartbeat(_i: int) -> None:
-        r = await stub.Heartbeat(
-            group_pb2.HeartbeatRequest(
-                group_id=GROUP, generation_id=member.generation, member_id=member.member_id
-            ),
-            timeout=30,
-        )
-        assert r.error.code == 0, r
+        r = await member.call(member.heartbeat_request(), HEARTBEAT_VERSION)
+        assert r.error_code == 0, r
 
     async def produce_one(_i: int) -> None:
-        r = await produce.Produce(
-            broker_pb2.ProduceRequest(
-                acks=-1,
-                timeout_ms=10_000,
-                topics=[
-                    broker_pb2.TopicProduceData(
-                        name=PRODUCE_TOPIC,
-                        partitions=[broker_pb2.PartitionProduceData(partition=0, records=batch)],
-                    )
-                ],
-            ),
-            timeout=30,
-        )
-        assert r.topics[0].partitions[0].error.code == 0, r
+        r = await produce.request(
+            m.ProduceRequest(acks=-1, timeout_ms=10_000, topic_data=[m.ProduceRequestTopicProduceData(
+                name=PRODUCE_TOPIC,
+                partition_data=[m.ProduceRequestPartitionProduceData(index=0, records=batch)],
+            )]),
+            PRODUCE_VERSION, CALL_TIMEOUT_S,
+        )  # fmt: skip
+        assert r.responses[0].partition_responses[0].error_code == 0, r
 
     calls = {"heartbeat": heartbeat, "produce_acks_all": produce_one, "offset_commit": commit}
     for call in calls.values():
@@ -418,6 +426,7 @@ async def commits(address: str, produce_address: str, args: argparse.Namespace) 
             flush=True,
         )
     await member.leave()
+    await produce.close()
     return out
 
 
@@ -432,29 +441,36 @@ async def measure(coordinator: str, produce_leader: str, args: argparse.Namespac
 
 
 def find_coordinator(cluster: LocalCluster) -> tuple[str, int]:
+    """(the Kafka address, the node id) of GROUP's coordinator, asked with FindCoordinator."""
+
+    async def ask(address: str) -> m.FindCoordinatorResponse:
+        conn = await connect(address)
+        try:
+            return await conn.request(m.FindCoordinatorRequest(key=GROUP), FIND_VERSION, CALL_TIMEOUT_S)
+        finally:
+            await conn.close()
+
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         for spec in cluster.broker_nodes:
-            with grpc.insecure_channel(spec.address) as channel:
-                try:
-                    r = group_pb2_grpc.GroupServiceStub(channel).FindCoordinator(
-                        group_pb2.FindCoordinatorRequest(key=GROUP), timeout=10
-                    )
-                except grpc.RpcError:
-                    continue
-                if r.error.code == 0:
-                    return f"{r.host}:{r.port}", r.node_id
+            try:
+                r = asyncio.run(ask(spec.kafka_address))
+            except ConnectionError:
+                continue
+            if r.error_code == 0:
+                return f"{r.host}:{r.port}", r.node_id
         time.sleep(0.2)
     raise TimeoutError("no coordinator found")
 
 
 def leader_of(cluster: LocalCluster, topic: str) -> str:
+    """The Kafka address of ``topic``-0's leader."""
     with AdminClient(cluster.controller_addresses, timeout_s=60) as admin:
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
             info = admin.describe_topics([topic])[0].partitions[0]
             if info.leader >= 0:
-                return cluster.node(f"broker-{info.leader}").address
+                return cluster.node(f"broker-{info.leader}").kafka_address
             time.sleep(0.2)
     raise TimeoutError(f"no leader for {topic}")
 

@@ -1,8 +1,8 @@
-"""Decoded GroupService requests and responses for the sans-I/O group coordinator.
-
-Field names equal proto/group.proto's, so ``broker.group_service`` converts responses to protobuf
-generically (``error`` is a ``GroupError``: code and message). Requests carry only what the
-coordinator reads; ``client_host`` is added by the service (the peer address).
+"""Decoded group requests and responses for the sans-I/O group coordinator: the Kafka group handlers
+(``broker.handlers.groups``) turn the wire structs of any version into these and back, so the core
+never sees a wire struct. ``error`` is a ``GroupError``: a Kafka error code and a message for logs.
+Requests carry only what the coordinator reads; ``client_host`` is added by the handler (the peer
+address).
 """
 
 from __future__ import annotations

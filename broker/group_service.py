@@ -1,5 +1,5 @@
-"""GroupService on a data broker (proto/group.proto): the gRPC edge and the asyncio driver of the
-sans-I/O ``broker.group_coordinator.GroupCoordinator``.
+"""The asyncio driver of the sans-I/O ``broker.group_coordinator.GroupCoordinator`` on a data broker;
+the Kafka group APIs (``broker.handlers.groups``) call it.
 
 The driver (``GroupDriver``) does the coordinator's I/O on the broker's event loop:
 
@@ -36,26 +36,13 @@ from typing import Any
 
 from broker.group_coordinator import Append, Effects, GroupConfig, GroupCoordinator
 from broker.group_metadata import OFFSETS_TOPIC, partition_for
-from broker.group_requests import (
-    OK,
-    GroupError,
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
-    MemberIdentity,
-    OffsetCommitPartition,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    SyncGroupRequest,
-    error,
-)
+from broker.group_requests import OK, GroupError, error
 from broker.offsets_codec import CorruptOffsetsRecordError, decode_batches, decode_record, encode_batch
 from broker.partition import ACKS_ALL
 from broker.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
 from metadata.image import MetadataImage
 from metadata.records import NO_LEADER
-from proto import admin_pb2, common_pb2, group_pb2, group_pb2_grpc
+from proto import admin_pb2
 from proto.errors import ErrorCode
 from storage.log import wall_clock_ms
 from storage.log_validator import AppendOrigin
@@ -69,45 +56,6 @@ TOPIC_POLL_S = 0.05
 COMPACT = {"cleanup.policy": "compact"}
 
 CreateTopics = Callable[[str, Any], Awaitable[Any]]  # (admin method, request) -> response
-
-
-def _optional(message: Any, name: str) -> str | None:
-    return getattr(message, name) if message.HasField(name) else None
-
-
-def client_host(peer: str) -> str:
-    """gRPC's peer ``ipv4:127.0.0.1:5555`` / ``ipv6:[::1]:5555`` as Kafka shows a member's host:
-    ``/127.0.0.1``, ``/::1``; anything else unchanged."""
-    kind, _, rest = peer.partition(":")
-    if kind == "ipv4" and rest.count(":") == 1:
-        return "/" + rest.rsplit(":", 1)[0]
-    if kind == "ipv6" and rest.startswith("[") and "]" in rest:
-        return "/" + rest[1 : rest.index("]")]
-    return peer
-
-
-def fill(message: Any, obj: Any) -> Any:
-    """Copy a response dataclass into its protobuf message (same field names; None = unset)."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if value is None:
-            continue
-        descriptor = message.DESCRIPTOR.fields_by_name[f.name]
-        if descriptor.is_repeated and descriptor.message_type is not None:
-            target = getattr(message, f.name)
-            for item in value:
-                fill(target.add(), item)
-        elif descriptor.is_repeated:
-            getattr(message, f.name).extend(value)
-        elif descriptor.message_type is not None:
-            fill(getattr(message, f.name), value)
-        else:
-            setattr(message, f.name, value)
-    return message
-
-
-def _error_pb(problem: GroupError) -> common_pb2.Error:
-    return common_pb2.Error(code=int(problem.code), message=problem.message)
 
 
 class GroupDriver:
@@ -325,8 +273,8 @@ class Coordinator:
 
 
 class OffsetsTopic:
-    """FindCoordinator's part shared by the gRPC GroupService and the Kafka listener: creates
-    ``__consumer_offsets`` on first use and names the leader of the group's offsets partition."""
+    """FindCoordinator's part: creates ``__consumer_offsets`` on first use and names the leader of the
+    group's offsets partition."""
 
     def __init__(
         self,
@@ -391,188 +339,6 @@ class OffsetsTopic:
                 return None
             await asyncio.sleep(TOPIC_POLL_S)
         return f"{OFFSETS_TOPIC} is being created; retry"
-
-
-class GroupServicer(group_pb2_grpc.GroupServiceServicer):
-    """GroupService: protobuf <-> the core's dataclasses; every rule is in the core."""
-
-    def __init__(
-        self,
-        driver: GroupDriver,
-        forward_admin: CreateTopics,
-        offsets_topic_num_partitions: int,
-        offsets_topic_replication_factor: int,
-        offsets_topic_segment_bytes: int = 104_857_600,
-    ) -> None:
-        self.driver = driver
-        self.core = driver.core
-        self.offsets_topic = OffsetsTopic(
-            driver,
-            forward_admin,
-            offsets_topic_num_partitions,
-            offsets_topic_replication_factor,
-            offsets_topic_segment_bytes,
-        )
-
-    # ---- FindCoordinator ----------------------------------------------------------------------------
-
-    async def FindCoordinator(self, request, context):
-        found = await self.offsets_topic.find_coordinator(request.key)
-        problem = found.error if found.error.code else None
-        broker = self.driver.manager.image.brokers.get(found.node_id) if problem is None else None
-        if problem is None and (broker is None or not broker.endpoints):
-            problem = error(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {found.node_id} has no endpoint; retry"
-            )
-        if problem is not None or broker is None:
-            return group_pb2.FindCoordinatorResponse(error=_error_pb(problem or OK), node_id=-1, partition=-1)
-        endpoint = broker.endpoints[0]
-        return group_pb2.FindCoordinatorResponse(
-            error=common_pb2.Error(code=0),
-            node_id=found.node_id,
-            host=endpoint.host,
-            port=endpoint.port,
-            partition=found.partition,
-        )
-
-    # ---- the group protocol -------------------------------------------------------------------------
-
-    async def JoinGroup(self, request, context):
-        req = JoinGroupRequest(
-            request.group_id,
-            request.session_timeout_ms,
-            request.rebalance_timeout_ms,
-            request.member_id,
-            _optional(request, "group_instance_id"),
-            request.protocol_type,
-            tuple((p.name, p.metadata) for p in request.protocols),
-            request.client_id,
-            client_host(context.peer() if context is not None else ""),
-            request.reason,
-        )
-        response = await self.driver.call(
-            lambda rid: self.core.handle_join_group(rid, req, self.driver.now_ms())
-        )
-        return fill(group_pb2.JoinGroupResponse(), response)
-
-    async def SyncGroup(self, request, context):
-        req = SyncGroupRequest(
-            request.group_id,
-            request.generation_id,
-            request.member_id,
-            _optional(request, "group_instance_id"),
-            request.protocol_type,
-            request.protocol_name,
-            tuple((a.member_id, a.assignment) for a in request.assignments),
-        )
-        response = await self.driver.call(
-            lambda rid: self.core.handle_sync_group(rid, req, self.driver.now_ms())
-        )
-        return fill(group_pb2.SyncGroupResponse(), response)
-
-    async def Heartbeat(self, request, context):
-        req = HeartbeatRequest(
-            request.group_id,
-            request.generation_id,
-            request.member_id,
-            _optional(request, "group_instance_id"),
-        )
-        response, fx = self.core.handle_heartbeat(req, self.driver.now_ms())
-        self.driver.dispatch(fx)
-        return fill(group_pb2.HeartbeatResponse(), response)
-
-    async def LeaveGroup(self, request, context):
-        members = tuple(
-            MemberIdentity(m.member_id, _optional(m, "group_instance_id"), m.reason) for m in request.members
-        )
-        response, fx = self.core.handle_leave_group(
-            LeaveGroupRequest(request.group_id, members), self.driver.now_ms()
-        )
-        self.driver.dispatch(fx)
-        return fill(group_pb2.LeaveGroupResponse(), response)
-
-    # ---- offsets ------------------------------------------------------------------------------------
-
-    async def OffsetCommit(self, request, context):
-        image = self.driver.manager.image
-        unknown: dict[tuple[str, int], GroupError] = {}
-        known: list[OffsetCommitPartition] = []
-        for topic in request.topics:
-            t = image.topic_by_name(topic.name)
-            for p in topic.partitions:
-                if t is None or p.partition not in t.partitions:
-                    unknown[(topic.name, p.partition)] = error(
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic.name}-{p.partition} does not exist"
-                    )
-                else:
-                    known.append(
-                        OffsetCommitPartition(
-                            topic.name,
-                            p.partition,
-                            p.committed_offset,
-                            p.committed_leader_epoch,
-                            p.committed_metadata,
-                        )
-                    )
-        req = OffsetCommitRequest(
-            request.group_id,
-            request.generation_id,
-            request.member_id,
-            _optional(request, "group_instance_id"),
-            tuple(known),
-        )
-        if known or not unknown:
-            now_ms = self.driver.now_ms()
-            response = await self.driver.call(
-                lambda rid: self.core.handle_offset_commit(rid, req, now_ms, now_ms)
-            )
-        else:
-            response = OffsetCommitResponse(OK, {})
-        out = group_pb2.OffsetCommitResponse(error=_error_pb(response.error))
-        results = {**unknown, **response.partitions}
-        for topic in request.topics:
-            entry = out.topics.add(name=topic.name)
-            for p in topic.partitions:
-                outcome = results.get((topic.name, p.partition), response.error)
-                entry.partitions.add(partition=p.partition, error=_error_pb(outcome))
-        return out
-
-    async def OffsetFetch(self, request, context):
-        wanted = None
-        if request.topics:
-            wanted = tuple((t.name, p) for t in request.topics for p in t.partitions)
-        response = self.core.handle_offset_fetch(OffsetFetchRequest(request.group_id, wanted))
-        out = group_pb2.OffsetFetchResponse(error=_error_pb(response.error))
-        by_topic: dict[str, Any] = {}
-        for (topic, partition), fetched in response.partitions.items():
-            if topic not in by_topic:
-                by_topic[topic] = out.topics.add(name=topic)
-            fill(by_topic[topic].partitions.add(partition=partition), fetched)
-        return out
-
-    # ---- List / Describe / Delete -------------------------------------------------------------------
-
-    async def ListGroups(self, request, context):
-        out = group_pb2.ListGroupsResponse(error=common_pb2.Error(code=0))
-        if self.core.partition_count is not None:
-            for listed in self.core.handle_list_groups(tuple(request.states_filter)):
-                fill(out.groups.add(), listed)
-        return out
-
-    async def DescribeGroups(self, request, context):
-        out = group_pb2.DescribeGroupsResponse()
-        for group_id in request.groups:
-            fill(out.groups.add(), self.core.handle_describe_group(group_id))
-        return out
-
-    async def DeleteGroups(self, request, context):
-        groups = tuple(request.groups)
-        if not groups:
-            return group_pb2.DeleteGroupsResponse()
-        response = await self.driver.call(
-            lambda rid: self.core.handle_delete_groups(rid, groups, self.driver.now_ms())
-        )
-        return fill(group_pb2.DeleteGroupsResponse(), response)
 
 
 def group_config_from(settings: Any) -> GroupConfig:

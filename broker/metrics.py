@@ -60,24 +60,10 @@ from broker.group_coordinator import GroupCoordinator
 from broker.partition import Partition, Role
 from broker.replica_manager import ReplicaManager
 
-# Full gRPC method name -> the ``api`` label.
-TIMED_METHODS = {
-    **{
-        f"/pykraft.group.GroupService/{api}": api
-        for api in (
-            "FindCoordinator",
-            "JoinGroup",
-            "SyncGroup",
-            "Heartbeat",
-            "LeaveGroup",
-            "OffsetCommit",
-            "OffsetFetch",
-            "ListGroups",
-            "DescribeGroups",
-            "DeleteGroups",
-        )
-    },
-}
+# Full gRPC method name -> the ``api`` label. Empty since the BrokerService and the GroupService retired
+# (issue 16 §4): the broker's gRPC server only forwards the admin API, and every data-plane and group
+# request is a Kafka request, counted by ``KafkaMetrics``.
+TIMED_METHODS: dict[str, str] = {}
 # Produce with acks=all and long-polling fetches wait up to seconds.
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

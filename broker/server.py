@@ -60,7 +60,7 @@ from broker.config import GRPC_LISTENER, BrokerConfig, BrokerConfigError, KafkaL
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
 from broker.group_lag import RemoteHighWatermarks
-from broker.group_service import GroupDriver, GroupServicer, OffsetsTopic, group_config_from
+from broker.group_service import GroupDriver, OffsetsTopic, group_config_from
 from broker.handlers.context import BrokerServices
 from broker.handlers.processor import RequestProcessor, build_handlers
 from broker.log_cleaner import LogCleanerDriver
@@ -77,7 +77,6 @@ from proto import (
     common_pb2,
     controller_pb2,
     controller_pb2_grpc,
-    group_pb2_grpc,
     metadata_pb2,
     ready_file,
 )
@@ -106,7 +105,6 @@ EXIT_USAGE = 2
 EXIT_FAILED = 1
 SERVICE_NAMES = [
     "pykraft.admin.AdminService",
-    "pykraft.group.GroupService",
 ]
 LISTEN_SETTING = "--listen"
 EVENT_LOOP_ENV = "PYKRAFT_EVENT_LOOP"
@@ -274,14 +272,6 @@ class BrokerNode:
         self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port)
         self.server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RequestTimer(self.metrics)])
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminForwarder(self.forward_admin), self.server)
-        group_pb2_grpc.add_GroupServiceServicer_to_server(
-            GroupServicer(
-                self.groups, self.forward_admin, self.config.settings.offsets_topic_num_partitions,
-                self.config.settings.offsets_topic_replication_factor,
-                self.config.settings.offsets_topic_segment_bytes,
-            ),
-            self.server,
-        )  # fmt: skip
         self.health = add_standard_services(self.server, SERVICE_NAMES)
         await self.health.set_serving(False)
         try:

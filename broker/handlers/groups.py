@@ -4,8 +4,8 @@ FindCoordinator (10) v0-4, JoinGroup (11) v0-7, SyncGroup (14) v0-5, Heartbeat (
 LeaveGroup (13) v0-5, OffsetCommit (8) v0-8, OffsetFetch (9) v0-8, ListGroups (16) v0-4,
 DescribeGroups (15) v0-5, DeleteGroups (42) v0-2, OffsetDelete (47) v0.
 
-Every rule lives in the sans-I/O core (``broker.group_coordinator``) that the gRPC GroupService drives
-too (``broker.group_service.GroupDriver``); a handler converts the wire struct into the core's request,
+Every rule lives in the sans-I/O core (``broker.group_coordinator``), run by its driver
+(``broker.group_service.GroupDriver``); a handler converts the wire struct into the core's request,
 calls the driver and builds the response of the request's version:
 
 - FindCoordinator creates ``__consumer_offsets`` on first use (``OffsetsTopic``) and answers the leader

@@ -3,9 +3,9 @@
 Arrows: pykraft, spark -> proto; broker -> storage, metadata (image only), proto; metadata -> raft,
 proto; raft -> proto; storage -> proto. Core modules never import I/O or call module-level random.
 One data plane (issue 16): the follower's fetcher speaks Kafka Fetch to the leader's Kafka listener,
-clients produce, fetch, list offsets and read metadata on the Kafka listener, and no gRPC
-ReplicaService or BrokerService exists; gRPC carries only Raft, the controller API and the admin API
-(plus GroupService until it retires).
+clients produce, fetch, list offsets and read metadata on the Kafka listener, and consumer groups are
+served there only (``__consumer_offsets`` holds Kafka's own record format); no gRPC ReplicaService,
+BrokerService or GroupService exists. gRPC carries only Raft, the controller API and the admin API.
 """
 
 from __future__ import annotations
@@ -92,6 +92,20 @@ def test_replication_is_on_the_kafka_protocol() -> None:
     users = [str(p.relative_to(ROOT)) for p in package_files() if "replica_pb2" in p.read_text()]
     assert not users, f"{users} use the retired gRPC ReplicaService"
     assert "handle_replica_fetch" in (ROOT / "broker/handlers/fetch.py").read_text()
+
+
+def test_groups_are_on_the_kafka_protocol() -> None:
+    """Issue 16 §4: the group coordinator is reached only through the Kafka listener's group handlers;
+    no gRPC GroupService (proto/group.proto) is left, nothing imports its generated code, and the
+    ``__consumer_offsets`` records are Kafka's schemas, not protobuf."""
+    assert not (ROOT / "proto/group.proto").exists()
+    assert not list((ROOT / "proto").glob("group_pb2*")), "generated code of the retired GroupService"
+    files = [*package_files(), *(ROOT / "bench").glob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    users = [str(p.relative_to(ROOT)) for p in files if "group_pb2" in p.read_text() and p != Path(__file__)]
+    assert not users, f"{users} use the retired gRPC GroupService"
+    server = (ROOT / "broker/server.py").read_text()
+    assert "GroupService" not in server and "pykraft.group" not in server
+    assert "handle_join_group" in (ROOT / "broker/handlers/groups.py").read_text()
 
 
 def imported_modules(path: Path) -> set[str]:

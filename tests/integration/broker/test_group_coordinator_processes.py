@@ -1,5 +1,6 @@
-"""The group coordinator on real broker processes, driven with raw GroupService stubs (the coordinator's
-side of the protocol; the consumer's side is tested with pykraft.Consumer elsewhere).
+"""The group coordinator on real broker processes, driven with raw Kafka requests over the brokers' Kafka
+listeners (group_stub: the coordinator's side of the protocol; the consumer's side is tested with
+confluent-kafka in tests/integration/kafka/test_groups.py).
 
 - two members join, sync and heartbeat into one Stable generation; one stops heartbeating and the
   other is told to rebalance within the session timeout, then forms generation 2 alone;
@@ -19,10 +20,10 @@ from pathlib import Path
 
 import pytest
 from broker_cluster import BrokerCluster, running_cluster, wait_for
-from group_stub import SESSION_MS, Coordinator
+from confluent_kafka import Producer
+from group_stub import SESSION_MS, Coordinator, committed_codes
 from prometheus_client.parser import text_string_to_metric_families
 
-from proto import group_pb2
 from proto.errors import ErrorCode
 
 pytestmark = pytest.mark.integration
@@ -99,9 +100,9 @@ def test_committed_offsets_survive_coordinator_sigkill(
     coordinator.sync(member.member_id, member.generation_id, {member.member_id: b"all"})
     committed = {0: 11, 1: 22, 2: 33}
     answer = coordinator.commit(committed, topic, member.member_id, member.generation_id)
-    assert [p.error.code for t in answer.topics for p in t.partitions] == [0, 0, 0], answer
+    assert committed_codes(answer) == [0, 0, 0], answer
     stale = coordinator.commit({0: 99}, topic, member.member_id, member.generation_id - 1)
-    assert stale.topics[0].partitions[0].error.code == ErrorCode.ILLEGAL_GENERATION
+    assert committed_codes(stale) == [ErrorCode.ILLEGAL_GENERATION]
     assert coordinator.fetch_offsets() == {(topic, p): o for p, o in committed.items()}
 
     old = coordinator.node_id
@@ -113,13 +114,11 @@ def test_committed_offsets_survive_coordinator_sigkill(
         assert coordinator.node_id != old
         assert offsets == {(topic, p): o for p, o in committed.items()}
         assert time.monotonic() - started < 30
-        described = coordinator.call(
-            "DescribeGroups", group_pb2.DescribeGroupsRequest(groups=[coordinator.group])
-        )
-        # The group itself came back from the log: Stable, same generation, member and assignment; the
-        # member's session restarted at the load, so its next heartbeat is accepted (no rebalance).
-        group = described.groups[0]
-        assert (group.group_state, group.generation_id) == ("Stable", member.generation_id), group
+        # The group itself came back from the log: Stable, same generation (the one its heartbeat
+        # names), member and assignment; the member's session restarted at the load, so its next
+        # heartbeat is accepted (no rebalance).
+        group = coordinator.describe()
+        assert group.group_state == "Stable", group
         assert [(m.member_id, m.member_assignment) for m in group.members] == [(member.member_id, b"all")]
         assert coordinator.heartbeat(member.member_id, member.generation_id) == ErrorCode.NONE
 
@@ -150,11 +149,19 @@ def test_lag_of_a_partition_hosted_on_another_broker(
     topic = "group-lag-remote"
     cluster.admin.create_topic(topic, assignments={0: [other]})
     wait_for(lambda: cluster.leader(topic) == other, 30, f"{topic} led by {other}")
-    assert cluster.produce(other, topic, [b"a", b"b", b"c", b"d", b"e"]).code == ErrorCode.NONE
+    producer = Producer({"bootstrap.servers": cluster.cluster.kafka_bootstrap, "acks": "all"})
+    failures: list[object] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            failures.append(err)
+
+    for value in (b"a", b"b", b"c", b"d", b"e"):
+        producer.produce(topic, value=value, partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0 and not failures, failures
 
     def committed() -> bool:
-        answer = coordinator.commit({0: 2}, topic)
-        return answer.topics[0].partitions[0].error.code == ErrorCode.NONE
+        return committed_codes(coordinator.commit({0: 2}, topic)) == [ErrorCode.NONE]
 
     wait_for(committed, 30, "a standalone commit (the coordinator must know the new topic)")
     spec = cluster.broker(coordinator.node_id)

@@ -3,7 +3,8 @@ broker processes with short settings: retention 0 (an Empty group's offsets expi
 and a check every 200 ms. The timing rules themselves are unit-tested on the coordinator core
 (tests/unit/broker/test_group_offsets_retention.py); here: the settings reach the coordinator, the
 check runs on its timer, a topic deletion reaches it through the metadata, and the removals are
-tombstones in ``__consumer_offsets`` (so a new coordinator would not load them again).
+tombstones in ``__consumer_offsets`` (so a new coordinator would not load them again), read from the
+topic with confluent-kafka as any Kafka client reads it (the records are Kafka's own format).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 from broker_cluster import BrokerCluster, running_cluster, wait_for
-from group_stub import SESSION_MS, Coordinator
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from group_stub import SESSION_MS, Coordinator, committed_codes
 
 from broker.group_metadata import OFFSETS_TOPIC, GroupMetadataRecord, OffsetCommitRecord, OffsetsRecord
-from broker.offsets_codec import decode_batches, decode_record
+from broker.offsets_codec import decode_record
 from proto.errors import ErrorCode
 
 pytestmark = pytest.mark.integration
@@ -46,19 +48,26 @@ def coordinator(cluster: BrokerCluster, request: pytest.FixtureRequest) -> Itera
 
 
 def offsets_records(cluster: BrokerCluster, group: str) -> list[OffsetsRecord]:
-    """The committed records of ``group`` in ``__consumer_offsets``, in log order."""
-    leader = cluster.leader(OFFSETS_TOPIC)
-    records, offset = [], 0
-    while True:
-        data = cluster.fetch(leader, OFFSETS_TOPIC, offset)
-        assert data.error_code == 0, ErrorCode(data.error_code).name
-        if not data.records:
-            assert offset >= data.high_watermark, f"no records at {offset} below HW {data.high_watermark}"
-            return [r for r in records if r.group == group]
-        for next_offset, key, value in decode_batches(data.records):
-            offset = next_offset
-            if key is not None:
-                records.append(decode_record(key, value))
+    """The committed records of ``group`` in ``__consumer_offsets`` (one partition), in log order: a
+    confluent-kafka consumer reads the partition from its start to the high watermark."""
+    consumer = Consumer({"bootstrap.servers": cluster.cluster.kafka_bootstrap, "group.id": "offsets-reader",
+                         "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    records: list[OffsetsRecord] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        consumer.assign([TopicPartition(OFFSETS_TOPIC, 0, 0)])
+        while True:
+            assert time.monotonic() < deadline, f"{OFFSETS_TOPIC}-0 not read to its end in {WAIT_S} s"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return [r for r in records if r.group == group]
+                raise AssertionError(f"reading {OFFSETS_TOPIC}: {msg.error()}")
+            records.append(decode_record(msg.key(), msg.value()))
+    finally:
+        consumer.close()
 
 
 def wait_tombstones(cluster: BrokerCluster, group: str, expected: list[OffsetsRecord]) -> None:
@@ -74,7 +83,7 @@ def wait_tombstones(cluster: BrokerCluster, group: str, expected: list[OffsetsRe
 def stable_member(coordinator: Coordinator) -> tuple[str, int]:
     joined = coordinator.join()
     synced = coordinator.sync(joined.member_id, joined.generation_id, {joined.member_id: b"all"})
-    assert synced.error.code == ErrorCode.NONE, synced
+    assert synced.error_code == ErrorCode.NONE, synced
     return joined.member_id, joined.generation_id
 
 
@@ -91,7 +100,7 @@ def test_an_active_group_keeps_its_offsets_and_loses_them_once_empty(
     cluster.create_topic(topic, partitions=2)
     member = stable_member(coordinator)
     answer = coordinator.commit({0: 5, 1: 6}, topic, *member)
-    assert [p.error.code for t in answer.topics for p in t.partitions] == [0, 0], answer
+    assert committed_codes(answer) == [0, 0], answer
     # retention 0 and many checks meanwhile: a group with a member keeps everything
     deadline = time.monotonic() + 10 * CHECK_MS / 1000
     while time.monotonic() < deadline:
@@ -109,7 +118,7 @@ def test_standalone_commits_expire(cluster: BrokerCluster, coordinator: Coordina
     topic = "retention-standalone"
     cluster.create_topic(topic)
     wait_for(
-        lambda: coordinator.commit({0: 3}, topic).topics[0].partitions[0].error.code == ErrorCode.NONE,
+        lambda: committed_codes(coordinator.commit({0: 3}, topic)) == [ErrorCode.NONE],
         WAIT_S,
         "a standalone commit (generation -1)",
     )
@@ -128,7 +137,7 @@ def test_a_deleted_topic_takes_its_offsets_from_an_active_group(
     member = stable_member(coordinator)
     for topic in (doomed, kept):
         answer = coordinator.commit({0: 9}, topic, *member)
-        assert answer.topics[0].partitions[0].error.code == ErrorCode.NONE, answer
+        assert committed_codes(answer) == [ErrorCode.NONE], answer
     assert committed_while_alive(coordinator, member) == {(doomed, 0): 9, (kept, 0): 9}
     assert [r.error for r in cluster.admin.delete_topics([doomed])] == [None]
 

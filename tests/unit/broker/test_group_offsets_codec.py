@@ -1,8 +1,11 @@
-"""``__consumer_offsets`` records as bytes (broker.offsets_codec), the GroupService response
-conversion (broker.group_service.fill) and the consumer-group gauges (broker.metrics)."""
+"""``__consumer_offsets`` records as bytes in Kafka's own format (broker.offsets_codec: OffsetCommitKey /
+OffsetCommitValue, GroupMetadataKey / GroupMetadataValue of apache/kafka's group coordinator) and the
+consumer-group gauges (broker.metrics)."""
 
 from __future__ import annotations
 
+import dataclasses
+import struct
 from types import SimpleNamespace
 
 import pytest
@@ -17,8 +20,6 @@ from broker.group_metadata import (
     OffsetAndMetadata,
     OffsetCommitRecord,
 )
-from broker.group_requests import OK, JoinGroupMember, JoinGroupResponse, error
-from broker.group_service import client_host, fill
 from broker.metrics import BrokerMetrics
 from broker.offsets_codec import (
     CorruptOffsetsRecordError,
@@ -28,8 +29,7 @@ from broker.offsets_codec import (
     encode_record,
 )
 from broker.partition import Role
-from proto import group_pb2
-from proto.errors import ErrorCode
+from proto.kafka import codec
 
 SNAPSHOT = GroupSnapshot(
     "consumer",
@@ -76,28 +76,105 @@ def test_batch_round_trip_gives_next_offset() -> None:
     assert {next_offset for next_offset, _, _ in decoded} == {len(RECORDS)}
 
 
-@pytest.mark.parametrize("key", [b"\xff\xff", b"", None], ids=["garbage", "empty", "null"])
-def test_corrupt_key_is_reported(key) -> None:
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (b"\xff\xff", b"x"),
+        (b"", b"x"),
+        (None, b"x"),
+        (b"\x00\x01\x00\x05g", None),  # a group string cut short
+        (b"\x00\x03\x00\x01g", None),  # KIP-848 ConsumerGroupMetadataKey: not a classic group's record
+        (b"\x00\x01\x00\x01g\x00\x01t\x00\x00\x00\x03", b"\x00\x09"),  # value version 9
+        (b"\x00\x01\x00\x01g\x00\x01t\x00\x00\x00\x03", b"\x00\x03\x00"),  # value cut short
+        (b"\x00\x02\x00\x01g", b"\x00\x03\x00\x08consumer"),  # group value cut short
+        # a protobuf RecordKey of the format before Kafka's (offset_commit {group: "g"})
+        (b"\x0a\x03\x0a\x01g", b"\x08\x01"),
+    ],
+    ids=["garbage", "empty", "null", "short-key", "consumer-group-record", "value-version",
+         "short-offset-value", "short-group-value", "old-protobuf"],
+)  # fmt: skip
+def test_corrupt_record_is_reported(key, value) -> None:
     with pytest.raises(CorruptOffsetsRecordError):
-        decode_record(key, b"x")
+        decode_record(key, value)
 
 
-def test_fill_converts_nested_dataclasses_and_optionals() -> None:
-    response = JoinGroupResponse(
-        error(ErrorCode.MEMBER_ID_REQUIRED, "rejoin"),
-        2,
-        "consumer",
-        "range",
-        "a",
-        True,
-        "b",
-        (JoinGroupMember("a", "i-a", b"x"), JoinGroupMember("b", None, b"y")),
-    )
-    out = fill(group_pb2.JoinGroupResponse(), response)
-    assert out.error.code == ErrorCode.MEMBER_ID_REQUIRED and out.error.message == "rejoin"
-    assert out.skip_assignment and out.generation_id == 2 and out.member_id == "b"
-    assert out.members[0].group_instance_id == "i-a" and not out.members[1].HasField("group_instance_id")
-    assert fill(group_pb2.JoinGroupResponse(), JoinGroupResponse(OK)).error.code == 0
+def kafka_string(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+def test_bytes_are_kafkas_format() -> None:
+    """Key version 1 / value v3 for an offset commit, key version 2 / value v3 for group metadata, as
+    Kafka's GroupMetadataManager writes them (so kafka-console-consumer's OffsetsMessageFormatter reads
+    the topic)."""
+    key, value = encode_record(RECORDS[0])
+    assert key == b"\x00\x01" + kafka_string("g") + kafka_string("t") + struct.pack(">i", 3)
+    assert value == struct.pack(">hqi", 3, 42, 5) + kafka_string("meta") + struct.pack(">q", 1234)
+    key, value = encode_record(GroupMetadataRecord("g", GroupSnapshot("consumer", 3, "", "", 0, ())))
+    assert key == b"\x00\x02" + kafka_string("g")
+    # no protocol and no leader are null strings; an unknown state timestamp is -1; no members
+    assert value == (struct.pack(">h", 3) + kafka_string("consumer") + struct.pack(">i", 3)
+                     + b"\xff\xff" * 2 + struct.pack(">qi", -1, 0))  # fmt: skip
+    assert decode_record(key, value) == GroupMetadataRecord("g", GroupSnapshot("consumer", 3, "", "", 0, ()))
+
+
+def member_v(version: int) -> bytes:
+    """MemberMetadata of GroupMetadataValue ``version`` for SNAPSHOT's first member."""
+    body = kafka_string("m-1") + (kafka_string("i-1") if version >= 3 else b"")
+    body += kafka_string("c") + kafka_string("/127.0.0.1")
+    body += struct.pack(">i", 300) if version >= 1 else b""
+    body += struct.pack(">i", 10 if version >= 1 else 300)
+    return body + struct.pack(">i", 3) + b"sub" + struct.pack(">i", 3) + b"asg"
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_older_group_values_are_read(version: int) -> None:
+    """Values v0-v2 lack the instance id (v3), the state timestamp (v2) and the rebalance timeout
+    (v1: v0's one timeout serves as both)."""
+    value = struct.pack(">h", version) + kafka_string("consumer") + struct.pack(">i", 3)
+    value += kafka_string("range") + kafka_string("m-1")
+    value += struct.pack(">q", 77) if version >= 2 else b""
+    value += struct.pack(">i", 1) + member_v(version)
+    snapshot = decode_record(encode_record(GroupMetadataRecord("g", None))[0], value).value
+    expected = SNAPSHOT.members[0]
+    if version < 3:
+        expected = dataclasses.replace(expected, group_instance_id=None)
+    if version == 0:
+        expected = dataclasses.replace(expected, session_timeout_ms=300)
+    assert snapshot == GroupSnapshot("consumer", 3, "range", "m-1", 77 if version >= 2 else 0, (expected,))
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    codec.write_uvarint(out, n)
+    return bytes(out)
+
+
+def compact(data: bytes) -> bytes:
+    return uvarint(len(data) + 1) + data
+
+
+def test_flexible_v4_values_are_read() -> None:
+    """Version 4 (KIP-915) is flexible: compact strings, bytes and arrays, and tagged fields (skipped)."""
+    tagged = b"\x01\x05\x02zz"  # one unknown tagged field: tag 5, two bytes
+    offset_value = struct.pack(">hqi", 4, 42, 5) + compact(b"meta") + struct.pack(">q", 1234) + tagged
+    key = encode_record(RECORDS[0])[0]
+    assert decode_record(key, offset_value) == RECORDS[0]
+    member = (compact(b"m-2") + b"\x00" + compact(b"c") + compact(b"/127.0.0.1") + struct.pack(">ii", 300, 10)
+              + compact(b"sub2") + compact(b"") + b"\x00")  # fmt: skip
+    group_value = (struct.pack(">h", 4) + compact(b"consumer") + struct.pack(">i", 3) + compact(b"range")
+                   + compact(b"m-2") + struct.pack(">q", 77) + uvarint(2) + member + tagged)  # fmt: skip
+    snapshot = decode_record(encode_record(GroupMetadataRecord("g", None))[0], group_value).value
+    assert snapshot == GroupSnapshot("consumer", 3, "range", "m-2", 77, (SNAPSHOT.members[1],))
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_older_offset_values_are_read(version: int) -> None:
+    """v0-2 have no leader epoch (-1); v1 carries an expire timestamp that is read and dropped."""
+    value = struct.pack(">hq", version, 42) + kafka_string("meta") + struct.pack(">q", 1234)
+    value += struct.pack(">q", 99_999) if version == 1 else b""
+    key = b"\x00\x00" + kafka_string("g") + kafka_string("t") + struct.pack(">i", 3)  # key version 0
+    expected = OffsetCommitRecord("g", "t", 3, OffsetAndMetadata(42, -1, "meta", 1234))
+    assert decode_record(key, value) == expected
 
 
 def test_group_gauges_committed_offset_lag_and_states() -> None:
@@ -123,17 +200,3 @@ def test_group_gauges_committed_offset_lag_and_states() -> None:
     unknown = (("group", GROUP), ("partition", "0"), ("topic", "unknown"))
     assert ("pykraft_consumer_group_lag", unknown) not in samples
     assert samples[("pykraft_consumer_groups", (("state", "Empty"),))] == 1
-
-
-@pytest.mark.parametrize(
-    ("peer", "host"),
-    [
-        ("ipv4:127.0.0.1:5555", "/127.0.0.1"),
-        ("ipv6:[::1]:5555", "/::1"),
-        ("unix:/tmp/s", "unix:/tmp/s"),
-        ("", ""),
-    ],
-    ids=["ipv4", "ipv6", "other", "empty"],
-)
-def test_client_host_as_kafka_shows_it(peer: str, host: str) -> None:
-    assert client_host(peer) == host

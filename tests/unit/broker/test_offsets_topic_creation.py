@@ -1,7 +1,8 @@
-"""FindCoordinator creates ``__consumer_offsets`` as Kafka does: compacted, with
-``offsets.topic.num.partitions`` partitions, ``offsets.topic.replication.factor`` (or min(3, live
-brokers)) replicas and ``segment.bytes = offsets.topic.segment.bytes`` — small segments, because the
-cleaner never compacts the active segment and a 1 GiB default segment would almost never roll."""
+"""FindCoordinator (``broker.group_service.OffsetsTopic``, behind the Kafka handler) creates
+``__consumer_offsets`` as Kafka does: compacted, with ``offsets.topic.num.partitions`` partitions,
+``offsets.topic.replication.factor`` (or min(3, live brokers)) replicas and ``segment.bytes =
+offsets.topic.segment.bytes`` — small segments, because the cleaner never compacts the active segment
+and a 1 GiB default segment would almost never roll."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from broker.config import BrokerConfigError, BrokerSettings, add_arguments, config_from
-from broker.group_service import GroupServicer
-from proto import admin_pb2, common_pb2, group_pb2
+from broker.group_service import OffsetsTopic
+from proto import admin_pb2, common_pb2
 from proto.errors import ErrorCode
 
 
@@ -38,7 +39,7 @@ class FakeImage:
         return list(range(self.brokers))
 
 
-def find_coordinator(servicer_args: dict, brokers: int) -> tuple[admin_pb2.CreateTopicsRequest, object]:
+def find_coordinator(topic_args: dict, brokers: int) -> tuple[admin_pb2.CreateTopicsRequest, object]:
     sent: list[admin_pb2.CreateTopicsRequest] = []
 
     async def forward_admin(method: str, request: admin_pb2.CreateTopicsRequest):
@@ -47,11 +48,10 @@ def find_coordinator(servicer_args: dict, brokers: int) -> tuple[admin_pb2.Creat
         return admin_pb2.CreateTopicsResponse(error=common_pb2.Error(code=ErrorCode.NONE))
 
     driver = SimpleNamespace(core=None, manager=SimpleNamespace(image=FakeImage(brokers)))
-    servicer = GroupServicer(driver, forward_admin, **servicer_args)
-    request = group_pb2.FindCoordinatorRequest(key="billing")
+    offsets_topic = OffsetsTopic(driver, forward_admin, **topic_args)  # type: ignore[arg-type]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("broker.group_service.TOPIC_WAIT_S", 0.05)
-        response = asyncio.run(servicer.FindCoordinator(request, None))
+        response = asyncio.run(offsets_topic.find_coordinator("billing"))
     (create,) = sent
     return create, response
 
@@ -70,9 +70,9 @@ def test_offsets_topic_is_created_compacted_with_small_segments(flags, brokers, 
     settings = settings_for(*flags)
     create, response = find_coordinator(
         {
-            "offsets_topic_num_partitions": settings.offsets_topic_num_partitions,
-            "offsets_topic_replication_factor": settings.offsets_topic_replication_factor,
-            "offsets_topic_segment_bytes": settings.offsets_topic_segment_bytes,
+            "num_partitions": settings.offsets_topic_num_partitions,
+            "replication_factor": settings.offsets_topic_replication_factor,
+            "segment_bytes": settings.offsets_topic_segment_bytes,
         },
         brokers,
     )

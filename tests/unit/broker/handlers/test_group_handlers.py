@@ -77,7 +77,11 @@ class Harness:
         )
         self.now_ms = 1_000
         self.driver = GroupDriver(  # one virtual clock for the replica manager and the core
-            self.manager, CONFIG, lambda: self.now_ms, 5_000, now_ms=lambda: self.now_ms  # type: ignore[arg-type]
+            self.manager,
+            CONFIG,
+            lambda: self.now_ms,
+            5_000,
+            now_ms=lambda: self.now_ms,  # type: ignore[arg-type]
         )
         self.driver.core.begin_loading(led, OFFSETS_PARTITIONS)
         self.driver.core.complete_loading(led, self.now_ms)
@@ -107,14 +111,15 @@ class Harness:
     async def acall(self, api_key: int, version: int, request):
         """Encode, parse, handle, encode the answer, parse it: the codec at this version both ways."""
         self.correlation_id += 1
-        header = RequestHeader(api_key, version, self.correlation_id, "client-1")
+        sent = self.correlation_id  # calls may overlap (parked JoinGroups)
+        header = RequestHeader(api_key, version, sent, "client-1")
         parsed_header, parsed = parse_request(encode_request(header, request))
         handler = groups.HANDLERS[ApiKey(api_key)]
         response = handler(self.services, RequestContext(parsed_header, "127.0.0.1:5555", LISTENER), parsed)
         if asyncio.iscoroutine(response):
             response = await response
         correlation_id, body = parse_response(api_key, version, encode_response(parsed_header, response))
-        assert correlation_id == self.correlation_id
+        assert correlation_id == sent
         return body
 
 
@@ -164,6 +169,45 @@ def test_join_group_requires_a_member_id_from_v4_only(h: Harness, version: int) 
 def test_static_member_joins_in_one_round(h: Harness) -> None:
     r = h.call(ApiKey.JOIN_GROUP, 5, join(instance="instance-1"))
     assert r.error_code == 0 and r.members[0].group_instance_id == "instance-1"
+
+
+def test_leader_sees_static_and_dynamic_members(h: Harness) -> None:
+    """The leader's JoinGroup answer lists every member with its group.instance.id (null for a dynamic
+    member); a new dynamic member first gets MEMBER_ID_REQUIRED with its id (KIP-394)."""
+
+    async def scenario() -> tuple[m.JoinGroupResponse, m.JoinGroupResponse, str, str]:  # a hang fails at 10 s
+        async with asyncio.timeout(10):
+            return await steps()
+
+    async def steps() -> tuple[m.JoinGroupResponse, m.JoinGroupResponse, str, str]:
+        static = await h.acall(ApiKey.JOIN_GROUP, 5, join(instance="i-a"))
+        assert static.error_code == 0 and static.generation_id == 1, static
+        sync = m.SyncGroupRequest(group_id=GROUP, generation_id=1, member_id=static.member_id,
+                                  group_instance_id="i-a", assignments=[])  # fmt: skip
+        assert (await h.acall(ApiKey.SYNC_GROUP, 3, sync)).error_code == 0
+        first = await h.acall(ApiKey.JOIN_GROUP, 5, join())
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id, first
+        a, b = await asyncio.gather(
+            h.acall(ApiKey.JOIN_GROUP, 5, join(static.member_id, instance="i-a")),
+            h.acall(ApiKey.JOIN_GROUP, 5, join(first.member_id)),
+        )
+        return a, b, static.member_id, first.member_id
+
+    a, b, static_id, dynamic_id = asyncio.run(scenario())
+    assert a.error_code == b.error_code == 0 and a.generation_id == b.generation_id == 2
+    leader, follower = (a, b) if a.leader == a.member_id else (b, a)
+    listed = {(x.member_id, x.group_instance_id) for x in leader.members}
+    assert listed == {(static_id, "i-a"), (dynamic_id, None)}
+    assert follower.members == []
+
+
+@pytest.mark.parametrize(
+    ("peer", "host"),
+    [("127.0.0.1:5555", "/127.0.0.1"), ("[::1]:5555", "/::1"), ("localhost", "/localhost")],
+    ids=["ipv4", "ipv6", "no-port"],
+)
+def test_member_host_as_kafka_shows_it(peer: str, host: str) -> None:
+    assert groups.member_host(peer) == host
 
 
 @pytest.mark.parametrize("version", range(6))
