@@ -1,6 +1,6 @@
 """Raw Kafka group requests for the integration tests of the group coordinator: the coordinator's side
 of the protocol without a consumer library, over the brokers' Kafka listeners and the generated codec
-(proto/kafka). ``Coordinator`` finds a group's coordinator with FindCoordinator and finds it again on
+(``tests.kafka_call.KafkaSocket``). ``Coordinator`` finds a group's coordinator with FindCoordinator and finds it again on
 a retriable error, as a client does.
 
 Each thread gets its own connection per broker: a broker answers a connection's requests in order, so
@@ -9,8 +9,6 @@ a JoinGroup parked until the rebalance completes would hold up another member's 
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -20,7 +18,8 @@ from broker_cluster import RPC_TIMEOUT_S, BrokerCluster, wait_for
 
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
-from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
+from proto.kafka.api import ApiKey
+from tests.kafka_call import KafkaSocket
 
 SESSION_MS = 1500
 RETRIABLE = {
@@ -40,41 +39,6 @@ VERSIONS = {
     ApiKey.OFFSET_FETCH: 7,
     ApiKey.DESCRIBE_GROUPS: 5,
 }
-_SIZE = struct.Struct(">i")
-
-
-class KafkaWire:
-    """One blocking connection to a Kafka listener: a request, then its answer."""
-
-    def __init__(self, address: str, client_id: str = "it") -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=RPC_TIMEOUT_S)
-        self.client_id = client_id
-        self.correlation_id = 0
-
-    def request(self, request: Any, version: int, timeout_s: float = RPC_TIMEOUT_S) -> Any:
-        self.correlation_id += 1
-        api_key = type(request).API_KEY
-        header = RequestHeader(api_key, version, self.correlation_id, self.client_id)
-        payload = encode_request(header, request)
-        self.sock.settimeout(timeout_s)
-        self.sock.sendall(_SIZE.pack(len(payload)) + payload)
-        (size,) = _SIZE.unpack(self._read(_SIZE.size))
-        correlation_id, body = parse_response(api_key, version, self._read(size))
-        assert correlation_id == self.correlation_id, (correlation_id, self.correlation_id)
-        return body
-
-    def _read(self, size: int) -> bytes:
-        data = bytearray()
-        while len(data) < size:
-            chunk = self.sock.recv(size - len(data))
-            if not chunk:
-                raise ConnectionResetError("the broker closed the connection")
-            data += chunk
-        return bytes(data)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def error_of(response: Any) -> ErrorCode:
@@ -100,15 +64,15 @@ class Coordinator:
         self.cluster = cluster
         self.group = group
         self._local = threading.local()
-        self._all: list[KafkaWire] = []
+        self._all: list[KafkaSocket] = []
         self._lock = threading.Lock()
         self.node_id = -1
 
-    def wire(self, address: str) -> KafkaWire:
+    def wire(self, address: str) -> KafkaSocket:
         """This thread's connection to ``address`` (opened on first use, or again after a failure)."""
-        wires: dict[str, KafkaWire] = self._local.__dict__.setdefault("wires", {})
+        wires: dict[str, KafkaSocket] = self._local.__dict__.setdefault("wires", {})
         if address not in wires:
-            wires[address] = KafkaWire(address)
+            wires[address] = KafkaSocket(address, RPC_TIMEOUT_S, client_id="it")
             with self._lock:
                 self._all.append(wires[address])
         return wires[address]
@@ -131,7 +95,7 @@ class Coordinator:
 
     def send(self, address: str, request: Any) -> Any:
         try:
-            return self.wire(address).request(request, VERSIONS[ApiKey(type(request).API_KEY)])
+            return self.wire(address).call(request, VERSIONS[ApiKey(type(request).API_KEY)], RPC_TIMEOUT_S)
         except OSError:
             self._drop(address)
             raise
