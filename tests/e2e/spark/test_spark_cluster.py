@@ -112,11 +112,18 @@ def test_acks_all_records_read_back_byte_for_byte(spark, cluster: BrokerCluster)
 
 def test_read_stops_at_the_high_watermark_while_leo_runs_ahead(spark, cluster: BrokerCluster) -> None:
     """SIGSTOP a follower: acks=1 writes raise the leader's LEO but not the HW; the read returns
-    exactly the records below the HW at planning, though producers keep writing during the job."""
+    exactly the records below the HW at planning, though producers keep writing during the job.
+
+    The stall must stay shorter than ``broker.session.timeout.ms`` (a fenced follower leaves the ISR
+    and the HW moves on), so the same read runs once before it: run first in a shuffled order, the
+    stalled read would otherwise include Spark's start-up, which took over 30 s on a loaded machine."""
     topic = "stalled"
     cluster.create_topic(topic, partitions=1)
     committed = [(None, f"c{i}".encode(), (), BASE_TS + i) for i in range(40)]
     produce(cluster, topic, 0, committed)
+    expected = [(i, f"c{i}".encode()) for i in range(40)]
+    warm = read(spark, cluster, subscribe=topic).select("offset", "value").collect()
+    assert sorted((r.offset, r.value) for r in warm) == expected
     leader = cluster.leader(topic)
     follower = next(b for b in BROKERS if b != leader)
     stop = threading.Event()
@@ -145,7 +152,7 @@ def test_read_stops_at_the_high_watermark_while_leo_runs_ahead(spark, cluster: B
         cluster.cluster.signal_node(cluster.broker(follower), signal.SIGCONT)
     assert hw_before == hw_after == 40, f"HW moved during the stall: {hw_before} -> {hw_after}"
     assert min(uncommitted) >= 40 and max(uncommitted) > 40, "the LEO did not run ahead of the HW"
-    assert sorted((r.offset, r.value) for r in rows) == [(i, f"c{i}".encode()) for i in range(40)]
+    assert sorted((r.offset, r.value) for r in rows) == expected
     cluster.wait_isr(topic, set(BROKERS), timeout_s=60)
 
 
