@@ -12,15 +12,24 @@ bytes handed here may hold records on both sides of the task's offset range ``[f
 ``next_offset`` tells the caller where to fetch next: the next offset after the last whole batch
 seen, so offsets missing inside a batch (compaction) never make the reader loop.
 
-Decoding: ``spark.fast_decode`` (vectorized, CRC-checked, every codec) for the bulk of the data;
-``storage.record_batch.decode_columns`` — the reference decoder — when the fast path declines
-(headers asked for and present, or damaged data, which the reference decoder reports precisely).
+Decoding, after every wanted batch is CRC-checked and decompressed with the existing libraries:
+
+- ``spark._decode`` — the compiled decoder (Cython, built at install time by ``setup.py``): one pass
+  in C writes every record's fields straight into the Arrow buffers, headers included. It declines
+  anything not plainly valid, and then the Python decoder below runs on the same bytes.
+- the Python decoder, which is the reference the compiled one is tested against (property test in
+  tests/unit/spark/test_compiled_decode.py): ``spark.fast_decode`` (vectorized with
+  ``pyarrow.compute``) for the bulk, ``storage.record_batch.decode_columns`` when that declines
+  (headers present, or damaged data, which it reports precisely as ``CorruptRecordError``). It is
+  also what runs where the compiled module could not be built (the Docker images have no compiler):
+  a worker then logs that once.
 
 Thread-safety: pure functions.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,8 +37,17 @@ import pyarrow.compute as pc
 
 from spark.fast_decode import BatchInfo, Columns, FastPathDeclined, decode_batches, i64
 from spark.schema import ARROW_HEADER, ARROW_HEADERS, ARROW_TIMESTAMP, arrow_schema
-from storage.batch_header import HEADER_SIZE, parse_header
+from storage.batch_header import COMPRESSION_MASK, HEADER_SIZE, parse_header, validate_batch
+from storage.compression import CompressionType, decompress
 from storage.record_batch import TimestampType, decode_columns
+
+try:
+    from spark import _decode as compiled
+except ImportError as exc:  # not built: the Docker images install without a compiler (setup.py)
+    compiled = None
+    logging.getLogger(__name__).warning(
+        "the compiled Spark decoder spark._decode is not available (%s); using the pure-Python decoder", exc
+    )
 
 US_PER_MS = 1000
 OFFSET_COLUMN = 4
@@ -53,21 +71,22 @@ def decode_range(
     partition: int,
     include_headers: bool,
     min_timestamp_ms: int | None = None,
+    use_compiled: bool = True,
 ) -> DecodedRange:
     """Decode the records of ``data`` inside ``[from_offset, until_offset)`` to one Arrow batch.
 
     ``min_timestamp_ms`` (a pushed ``timestamp >=`` filter) drops records with an earlier
-    timestamp, exactly, since Kafka timestamps need not rise with offsets.
+    timestamp, exactly, since Kafka timestamps need not rise with offsets. ``use_compiled=False``
+    runs the Python decoder only (the reference, in tests and benchmarks).
     """
     wanted, next_offset = _scan(data, from_offset, until_offset)
     if not wanted:
         return DecodedRange(None, next_offset)
-    try:
-        batch = _fast_to_arrow(decode_batches(data, wanted, headers_wanted=include_headers), topic, partition)
-        if include_headers:  # the fast path runs only when no record has headers
-            batch = batch.append_column("headers", _headers_array([()] * batch.num_rows))
-    except FastPathDeclined:
-        batch = _to_arrow(_reference_columns(data, wanted), topic, partition, include_headers)
+    batch = None
+    if use_compiled and compiled is not None:
+        batch = _compiled_to_arrow(data, wanted, topic, partition, include_headers)
+    if batch is None:
+        batch = _python_to_arrow(data, wanted, topic, partition, include_headers)
     batch = _cut(batch, from_offset, until_offset)
     if min_timestamp_ms is not None:
         cut = pa.scalar(min_timestamp_ms * US_PER_MS, ARROW_TIMESTAMP)
@@ -104,6 +123,53 @@ def _scan(data: bytes, from_offset: int, until_offset: int) -> tuple[list[BatchI
         next_offset = max(next_offset, header.next_offset)
         pos = end
     return wanted, next_offset
+
+
+def _compiled_to_arrow(
+    data: bytes, wanted: list[BatchInfo], topic: str, partition: int, include_headers: bool
+) -> pa.RecordBatch | None:
+    """The compiled decoder's batch; None when it declines (the Python decoder then decides)."""
+    view = memoryview(data)
+    regions = []
+    for info in wanted:  # CRC and codec first, in order: the same errors as the Python decoder
+        codec = validate_batch(data, info.pos).attributes & COMPRESSION_MASK
+        region = view[info.pos + HEADER_SIZE : info.end]
+        regions.append(region if codec == CompressionType.NONE else decompress(codec, region))
+    batches = [
+        (b.base_offset, b.base_timestamp, b.max_timestamp, b.log_append_time, b.records_count) for b in wanted
+    ]
+    try:
+        key, value, offset, timestamp, types, headers = compiled.decode_regions(
+            regions, batches, include_headers
+        )
+    except compiled.Declined:
+        return None
+    n = len(offset)
+    arrays = [
+        key,
+        value,
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        offset,
+        timestamp,
+        types,
+    ]
+    if include_headers:
+        arrays.append(headers)
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+def _python_to_arrow(
+    data: bytes, wanted: list[BatchInfo], topic: str, partition: int, include_headers: bool
+) -> pa.RecordBatch:
+    """The Python decoder: vectorized fast path, or the reference decoder when that declines."""
+    try:
+        batch = _fast_to_arrow(decode_batches(data, wanted, headers_wanted=include_headers), topic, partition)
+        if include_headers:  # the fast path runs only when no record has headers
+            batch = batch.append_column("headers", _headers_array([()] * batch.num_rows))
+    except FastPathDeclined:
+        batch = _to_arrow(_reference_columns(data, wanted), topic, partition, include_headers)
+    return batch
 
 
 def _cut(batch: pa.RecordBatch, from_offset: int, until_offset: int) -> pa.RecordBatch:
