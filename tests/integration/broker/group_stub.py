@@ -1,11 +1,10 @@
 """Raw Kafka group requests for the integration tests of the group coordinator: the coordinator's side
 of the protocol without a consumer library, over the brokers' Kafka listeners and the generated codec
-(``tests.kafka_call.KafkaSocket``). ``Coordinator`` finds a group's coordinator with FindCoordinator and finds it again on
-a retriable error, as a client does.
+(``tests.kafka_call.KafkaSocket``). ``Coordinator`` finds a group's coordinator with FindCoordinator
+and finds it again on a retriable error, as a client does.
 
 Each thread gets its own connection per broker: a broker answers a connection's requests in order, so
-a JoinGroup parked until the rebalance completes would hold up another member's JoinGroup behind it.
-"""
+a JoinGroup parked until the rebalance completes would hold up another member's JoinGroup behind it."""
 
 from __future__ import annotations
 
