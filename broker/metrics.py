@@ -15,10 +15,6 @@ Counted as events happen:
   leader's AlterPartition, or the controller fencing a broker). ``observe_isr`` compares each led
   partition's ISR with the one seen last in the same leader epoch; the broker calls it after every
   metadata update and AlterPartition answer. A new leadership starts a new baseline (not counted).
-- ``pykraft_broker_requests_total`` and ``pykraft_broker_request_latency_seconds`` (label ``api``):
-  rates and latencies of the gRPC handlers named in ``TIMED_METHODS``, timed by ``RequestTimer`` (a
-  server interceptor), whatever the answer's error code. The data plane is not among them: Produce,
-  Fetch, ListOffsets and Metadata are Kafka requests, counted below.
 
 The Kafka listener (``broker.network``, ``broker.handlers``), label ``api`` = Kafka's API name
 (``Produce``, ``Fetch``, ``Metadata``, ...):
@@ -46,12 +42,10 @@ they read and retry a read that raced with a change.
 
 from __future__ import annotations
 
-import time
 from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -60,10 +54,6 @@ from broker.group_coordinator import GroupCoordinator
 from broker.partition import Partition, Role
 from broker.replica_manager import ReplicaManager
 
-# Full gRPC method name -> the ``api`` label. Empty since the BrokerService and the GroupService retired
-# (issue 16 §4): the broker's gRPC server only forwards the admin API, and every data-plane and group
-# request is a Kafka request, counted by ``KafkaMetrics``.
-TIMED_METHODS: dict[str, str] = {}
 # Produce with acks=all and long-polling fetches wait up to seconds.
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -257,17 +247,6 @@ class BrokerMetrics:
         self.isr_expands = Counter(
             "pykraft_broker_isr_expands", "ISR expansions of partitions led here", registry=self.registry
         )
-        self.requests = Counter(
-            "pykraft_broker_requests", "Requests handled, by API", ["api"], registry=self.registry
-        )
-        self.latency = Histogram(
-            "pykraft_broker_request_latency_seconds",
-            "Request handling time, by API",
-            ["api"],
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
-
         self.kafka = KafkaRequestMetrics(self.registry)
         self._isr_seen: dict[tuple[str, int], tuple[int, frozenset[int]]] = {}
 
@@ -294,39 +273,3 @@ class BrokerMetrics:
             elif len(p.isr) > len(old_isr):
                 self.isr_expands.inc()
         self._isr_seen = seen
-
-    def observe_request(self, api: str, seconds: float) -> None:
-        self.requests.labels(api).inc()
-        self.latency.labels(api).observe(seconds)
-
-
-class RequestTimer(grpc.aio.ServerInterceptor):
-    """Times the unary handlers named in ``TIMED_METHODS`` into ``BrokerMetrics``."""
-
-    def __init__(self, metrics: BrokerMetrics) -> None:
-        self.metrics = metrics
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        api = TIMED_METHODS.get(handler_call_details.method)
-        if handler is None or api is None or handler.unary_unary is None:
-            return handler
-        inner = handler.unary_unary
-        metrics = self.metrics
-
-        async def timed(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            start = time.perf_counter()
-            try:
-                return await inner(request, context)
-            finally:
-                metrics.observe_request(api, time.perf_counter() - start)
-
-        return grpc.unary_unary_rpc_method_handler(
-            timed,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )

@@ -64,7 +64,7 @@ from broker.group_service import GroupDriver, OffsetsTopic, group_config_from
 from broker.handlers.context import BrokerServices
 from broker.handlers.processor import RequestProcessor, build_handlers
 from broker.log_cleaner import LogCleanerDriver
-from broker.metrics import BrokerMetrics, RequestTimer
+from broker.metrics import BrokerMetrics
 from broker.network import KafkaListener, ListenerSettings
 from broker.partition import AlterPartitionProposal
 from broker.producer_ids import ProducerIdManager, controller_block_allocator
@@ -270,7 +270,7 @@ class BrokerNode:
         setting, and nothing keeps running. With port 0 the kernel picks the port, and the broker
         registers that one (unless an advertised listener says otherwise)."""
         self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port)
-        self.server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RequestTimer(self.metrics)])
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminForwarder(self.forward_admin), self.server)
         self.health = add_standard_services(self.server, SERVICE_NAMES)
         await self.health.set_serving(False)

@@ -122,9 +122,8 @@ def imported_modules(path: Path) -> set[str]:
 # What gRPC carries (DESIGN.md): the Raft quorum (RaftService; RaftClientService, the raft package's own
 # client API), the controller API brokers call, and the admin API.
 GRPC_SERVICES = {"RaftService", "RaftClientService", "ControllerService", "AdminService"}
-RETIRING_SERVICES = {"GroupService"}  # issue 16 §4: goes with proto/group.proto
 # The gRPC servicers a broker may register: the admin API it forwards to the controllers.
-BROKER_SERVICERS = {"AdminService"} | RETIRING_SERVICES
+BROKER_SERVICERS = {"AdminService"}
 
 
 def test_grpc_carries_only_raft_the_controller_api_and_the_admin_api() -> None:
@@ -135,7 +134,7 @@ def test_grpc_carries_only_raft_the_controller_api_and_the_admin_api() -> None:
         for path in sorted((ROOT / "proto").glob("*.proto"))
         for name in re.findall(r"^service (\w+)", path.read_text(), re.MULTILINE)
     }
-    assert set(services) - RETIRING_SERVICES <= GRPC_SERVICES, services
+    assert set(services) <= GRPC_SERVICES, services
     retired = [
         "proto/broker.proto",
         "proto/broker_pb2.py",

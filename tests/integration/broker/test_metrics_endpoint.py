@@ -96,7 +96,11 @@ def test_killed_follower_makes_the_partition_under_replicated(cluster: BrokerClu
 
 
 # gRPC services no node serves any more (issue 16: the data plane is Kafka's protocol)
-RETIRED_SERVICES = {"pykraft.broker.BrokerService", "pykraft.replica.ReplicaService"}
+RETIRED_SERVICES = {
+    "pykraft.broker.BrokerService",
+    "pykraft.replica.ReplicaService",
+    "pykraft.group.GroupService",
+}
 
 
 @pytest.mark.parametrize("role", ["controller", "broker"])

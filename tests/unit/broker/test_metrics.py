@@ -75,16 +75,3 @@ def test_isr_changes_are_counted_per_leadership(
     values = scrape(metrics)
     assert values[("pykraft_broker_isr_shrinks_total", ())] == shrinks
     assert values[("pykraft_broker_isr_expands_total", ())] == expands
-
-
-def test_request_rates_and_latencies_by_api() -> None:
-    metrics = metrics_for([])
-    metrics.observe_request("Produce", 0.002)
-    metrics.observe_request("Produce", 0.2)
-    metrics.observe_request("Fetch", 0.01)
-    values = scrape(metrics)
-    assert values[("pykraft_broker_requests_total", (("api", "Produce"),))] == 2
-    assert values[("pykraft_broker_request_latency_seconds_count", (("api", "Produce"),))] == 2
-    fast_bucket = (("api", "Produce"), ("le", "0.0025"))
-    assert values[("pykraft_broker_request_latency_seconds_bucket", fast_bucket)] == 1
-    assert values[("pykraft_broker_requests_total", (("api", "Fetch"),))] == 1
