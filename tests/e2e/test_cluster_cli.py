@@ -94,6 +94,15 @@ def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> No
     assert done.stderr.startswith("Error: ") and all(e in done.stderr for e in expected), done.stderr
 
 
+def start_by_hand(data: Path, name: str) -> subprocess.Popen:
+    """The node's own command line (as ``cluster.json`` describes it), run outside the launcher."""
+    cluster = LocalCluster.load(data)
+    spec = cluster.node(name)
+    with open(cluster.log_path(spec), "ab") as log:
+        return subprocess.Popen(cluster.command(spec), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=data)  # fmt: skip
+
+
 def isr(admin: AdminClient, topic: str) -> tuple[int, ...]:
     return admin.describe_topics([topic])[0].partitions[0].isr
 
@@ -101,7 +110,8 @@ def isr(admin: AdminClient, topic: str) -> tuple[int, ...]:
 def test_bounce_a_broker_and_a_controller(tmp_path: Path) -> None:
     """up → stop 101 → status shows it stopped, the others running → start 101 (its Kafka port taken
     meanwhile: it says so and moves; the free gRPC and metrics ports are kept) → it is unfenced and back
-    in the ISR → restart 2 (a controller) → down lists every node it stopped."""
+    in the ISR → restart 2 (a controller) → a paused broker is "not answering" → broker 103 started by
+    hand is still the cluster's → down lists every node it stopped."""
     data = tmp_path / "cluster"
     with stop_every_recorded_pid(data):
         up = pykraft("cluster", "up", "--data-dir", str(data))
@@ -157,11 +167,28 @@ def test_bounce_a_broker_and_a_controller(tmp_path: Path) -> None:
             assert again["state"] == "running" and again["pid"] != controller["pid"], again
             assert again["address"] == controller["address"]
             assert not alive(controller["pid"])
+
+            paused = status(data)["broker-102"]["pid"]
+            os.kill(paused, signal.SIGSTOP)  # alive, but its health check gets no answer
+            try:
+                assert status(data)["broker-102"]["state"] == "not answering"
+            finally:
+                os.kill(paused, signal.SIGCONT)
         finally:
             admin.close()
 
-        final = status(data)
-        down = pykraft("cluster", "down", "--data-dir", str(data))
+        # An operator starts broker-103 by hand (not through the launcher): status and down still own it.
+        assert pykraft("cluster", "stop", "103", "--data-dir", str(data)).returncode == 0
+        by_hand = start_by_hand(data, "broker-103")
+        try:
+            wait_for(lambda: status(data)["broker-103"]["pid"] == by_hand.pid, "broker-103 seen running")
+            final = status(data)
+            down = pykraft("cluster", "down", "--data-dir", str(data))
+            assert by_hand.wait(timeout=DEADLINE_S) == 0  # a graceful stop
+        finally:
+            if by_hand.poll() is None:
+                by_hand.kill()
+                by_hand.wait()
         assert down.returncode == 0, down.stderr
         for name, node in final.items():
             assert f"{name}: stopped (pid {node['pid']})" in down.stderr, down.stderr
