@@ -8,7 +8,7 @@ One pykraft cluster (3 controllers + 3 brokers, started and stopped by pid by th
 alternately, the order swapped every round (off-on, on-off, ...), so both see the same machine load
 and neither always runs second; each mode's figure is the median of its rounds. Target (issue 6):
 on / off >= 0.95. The broker-side cost is one header parse and a dict lookup per batch
-(``broker.producer_state``); the client adds the producer fields to each batch (and librdkafka caps
+(``storage.producer_state``); the client adds the producer fields to each batch (and librdkafka caps
 in-flight requests per broker at 5 with idempotence, 1,000,000 without).
 """
 

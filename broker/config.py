@@ -76,7 +76,7 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     # next check) lets tests see it happen.
     "offsets.retention.minutes": ("offsets_retention_minutes", 0),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1),
-    # KIP-854: idle producers' dedup state is dropped after this long (broker.producer_state).
+    # KIP-854: idle producers' dedup state is dropped after this long (storage.producer_state).
     "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
     # The Kafka listener (broker.network).
     "socket.request.max.bytes": ("socket_request_max_bytes", 1),

@@ -1,14 +1,14 @@
 """The log manager: the partition logs of one broker under its data directory (Kafka's ``LogManager``).
 
-Concept. Every hosted partition has one ``storage.log.Log`` in ``<data_dir>/<topic>-<partition>``,
-with its idempotent-producer state beside it. The log manager owns their lifecycle and everything
-that concerns all logs alike; the replica manager (``broker.replica_manager``) decides *when* a log
-is opened or removed (metadata: a replica assigned here, moved away, a topic deleted or re-created)
-and never touches a directory itself.
+Concept. Every hosted partition has one ``storage.log.Log`` in ``<data_dir>/<topic>-<partition>``
+(the Log owns its idempotent-producer state, ``Log.producer_state``). The log manager owns their
+lifecycle and everything that concerns all logs alike; the replica manager
+(``broker.replica_manager``) decides *when* a log is opened or removed (metadata: a replica
+assigned here, moved away, a topic deleted or re-created) and never touches a directory itself.
 
-- Lifecycle: ``get_or_create_log(tp)`` opens (recovering after an unclean stop) or creates the log
-  and its producer state; ``remove_log(tp, delete)`` closes it and, for a replica gone from this
-  broker, deletes its directory (Kafka's ``StopReplica(delete=true)``); ``close()`` closes all.
+- Lifecycle: ``get_or_create_log(tp)`` opens (recovering after an unclean stop) or creates the
+  log; ``remove_log(tp, delete)`` closes it and, for a replica gone from this broker, deletes its
+  directory (Kafka's ``StopReplica(delete=true)``); ``close()`` closes all.
 - Per-topic configs: a topic's value is its override in the metadata image, else the cluster
   default (a dynamic broker config), else the broker's static default (``topic_defaults``);
   ``log_config(topic)`` builds the ``LogConfig`` from them, ``min_insync_replicas(topic)`` the one
@@ -21,8 +21,7 @@ Time comes from the injected ``clock_ms`` (wall-clock milliseconds: segment.ms, 
 flush.ms and producer expiry are wall-clock rules, persisted in files); the simulation passes its
 virtual clock so that a seed replays exactly.
 
-Invariants: ``logs`` and ``producer_states`` have the same keys; every log's directory is
-``data_dir / f"{topic}-{partition}"``.
+Invariant: every log's directory is ``data_dir / f"{topic}-{partition}"``.
 Thread-safety: none; the broker's event loop owns it (the log cleaner's worker thread only cleans
 segment copies, see ``broker.log_cleaner``).
 """
@@ -34,12 +33,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-from broker.producer_state_log import PartitionProducerState
 from metadata.image import MetadataImage
 from proto import errors
 from storage.config import LogConfig
 from storage.log import Log
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +64,6 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.image = MetadataImage()  # the topic overrides and cluster defaults of the configs
         self.logs: dict[TP, Log] = {}
-        # Idempotent-producer state per log (broker.producer_state); wall-clock times, as they are
-        # persisted in snapshots and compared across restarts.
-        self.producer_states: dict[TP, PartitionProducerState] = {}
         self._next_producer_expiry_ms = 0
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -80,17 +75,16 @@ class LogManager:
         """The log of ``tp``, opened (recovered) or created on first use."""
         plog = self.logs.get(tp)
         if plog is None:
-            plog = Log(self.data_dir / f"{tp[0]}-{tp[1]}", self.log_config(tp[0]), self.clock_ms)
+            plog = Log(
+                self.data_dir / f"{tp[0]}-{tp[1]}", self.log_config(tp[0]), self.clock_ms,
+                self.producer_id_expiration_ms,
+            )  # fmt: skip
             self.logs[tp] = plog
-            self.producer_states[tp] = PartitionProducerState.open(
-                plog, self.producer_id_expiration_ms, self.clock_ms()
-            )
         return plog
 
     def remove_log(self, tp: TP, delete: bool) -> None:
         """Close the log of ``tp``; ``delete``: remove its directory too (the replica left this broker)."""
         plog = self.logs.pop(tp, None)
-        self.producer_states.pop(tp, None)
         if plog is None:
             return
         plog.close()
@@ -101,7 +95,6 @@ class LogManager:
         for plog in self.logs.values():
             plog.close()
         self.logs.clear()
-        self.producer_states.clear()
 
     # ---- per-topic configs ----------------------------------------------------------------------
 
@@ -168,12 +161,7 @@ class LogManager:
         if now_ms < self._next_producer_expiry_ms:
             return
         self._next_producer_expiry_ms = now_ms + max(1, self.producer_id_expiration_ms // 10)
-        for tp, pstate in self.producer_states.items():
-            expired = pstate.state.remove_expired(now_ms)
+        for tp, plog in self.logs.items():
+            expired = plog.producer_state.remove_expired(now_ms)
             if expired:
                 log.info("%s-%d: expired idle producers %s", *tp, expired)
-
-    def invariants(self) -> None:
-        assert self.logs.keys() == self.producer_states.keys(), (
-            f"logs {sorted(self.logs)} != producer states {sorted(self.producer_states)}"
-        )

@@ -147,8 +147,6 @@ from broker.partition import (
     ProduceCheck,
     Role,
 )
-from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
-from broker.producer_state_log import producer_batches
 from broker.purgatory import (
     CompletedFetch,
     CompletedProduce,
@@ -168,6 +166,8 @@ from storage.file_slice import Records
 from storage.index import NO_TIMESTAMP
 from storage.log import Log, wall_clock_ms
 from storage.log_validator import AppendOrigin
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
+from storage.producer_state_log import producer_batch
 from storage.record_batch import MIN_RECORD_BYTES
 
 log = logging.getLogger(__name__)
@@ -311,9 +311,7 @@ class ReplicaManager:
             data_dir, topic_defaults=topic_defaults, clock_ms=clock_ms,
             producer_id_expiration_ms=producer_id_expiration_ms,
         )  # fmt: skip
-        # The hosted logs and their producer states (owned by the log manager; read here often).
-        self.logs = self.log_manager.logs
-        self.producer_states = self.log_manager.producer_states
+        self.logs = self.log_manager.logs  # the hosted logs (the log manager's; read here often)
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetchers = fetchers
         self.send_alter_partition = send_alter_partition
@@ -573,21 +571,20 @@ class ReplicaManager:
             assert error is not None
             return ProduceResult(error.code, error.message, *self._leader_tail(tp)), None
         plog = self.logs[tp]
-        pstate = self.producer_states[tp]
         try:
             _check_codecs(item.records, tp, zstd_allowed)
             # Kafka's order: the batches' own checks, then the producer state, then the write.
             valid = plog.validate_as_leader(item.records, origin)
-            verdict = pstate.state.check_all(b for b, _ in producer_batches(item.records))
+            batches = [producer_batch(header) for _, header in valid.headers]
+            verdict = plog.producer_state.check_all(batches)
             if isinstance(verdict, Duplicate):
-                return self._duplicate_result(tp, partition, item.records, verdict)
+                return self._duplicate_result(tp, partition, batches[0].producer_id, verdict)
             if isinstance(verdict, Reject):
                 return ProduceResult(verdict.code, verdict.message, *self._leader_tail(tp)), None
-            segment_before = plog.segment_base_offsets[-1]
+            # The log records the batches in its producer state as it appends them.
             info = plog.append_validated_as_leader(valid, partition.leader_epoch)
         except errors.KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
-        pstate.after_append(item.records, segment_before, self.clock_ms(), first_offset=info.first_offset)
         if partition.on_local_append(plog.log_end_offset) is not None:
             self._high_watermark_moved(tp)
         self._complete_fetches(
@@ -600,13 +597,12 @@ class ReplicaManager:
         return result, ProduceWait(info.last_offset + 1, partition.leader_epoch)
 
     def _duplicate_result(
-        self, tp: TP, partition: Partition, records: bytes, verdict: Duplicate
+        self, tp: TP, partition: Partition, producer_id: int, verdict: Duplicate
     ) -> tuple[ProduceResult, ProduceWait | None]:
         """A retried batch already in the log: the original's offsets; acks=all waits for its HW."""
         plog = self.logs[tp]
-        batch, _ = producer_batches(records)[0]
-        self.producer_states[tp].state.touch(batch.producer_id, self.clock_ms())
-        log.debug("%s-%d: duplicate batch of producer %d at %d", *tp, batch.producer_id, verdict.first_offset)
+        plog.producer_state.touch(producer_id, self.clock_ms())
+        log.debug("%s-%d: duplicate batch of producer %d at %d", *tp, producer_id, verdict.first_offset)
         result = ProduceResult(
             ErrorCode.NONE, "", verdict.first_offset, NO_TIMESTAMP, plog.log_start_offset,
             partition.leader_id, partition.leader_epoch,
@@ -795,7 +791,7 @@ class ReplicaManager:
             error = partition.check_leader()
         if error is not None:
             return error, []
-        return None, sorted(self.producer_states[tp].state.producers.values(), key=lambda e: e.producer_id)
+        return None, sorted(self.logs[tp].producer_state.producers.values(), key=lambda e: e.producer_id)
 
     @staticmethod
     def _epoch_at(plog: Log, offset: int) -> int:
@@ -959,9 +955,8 @@ class ReplicaManager:
         if isinstance(action, AppendRecords):
             self._append_as_follower(tp, partition, plog, action)
         elif isinstance(action, TruncateTo):
-            if plog.truncate_to(action.offset):
+            if plog.truncate_to(action.offset):  # the log rebuilds its producer state
                 log.info("%s-%d: truncated to %d (%s)", *tp, plog.log_end_offset, action.reason)
-                self.producer_states[tp].truncate(self.clock_ms())
             if plog.log_start_offset != partition.log_start_offset:
                 partition.on_local_truncate_fully(plog.log_start_offset)
             else:
@@ -969,7 +964,6 @@ class ReplicaManager:
         elif isinstance(action, TruncateFullyAndStartAt):
             log.info("%s-%d: behind the leader's log start; restarting empty at %d", *tp, action.offset)
             plog.truncate_fully_and_start_at(action.offset)
-            self.producer_states[tp].truncate_fully()
             partition.on_local_truncate_fully(action.offset)
         elif isinstance(action, (Fenced, BackedOff)):
             log.debug("%s-%d: fetch %s", *tp, action)
@@ -978,9 +972,7 @@ class ReplicaManager:
     def _append_as_follower(self, tp: TP, partition: Partition, plog: Log, action: AppendRecords) -> None:
         records = action.records
         if records:
-            segment_before = plog.segment_base_offsets[-1]
             plog.append_as_follower(records)  # type: ignore[arg-type]
-            self.producer_states[tp].after_append(records, segment_before, self.clock_ms())
             partition.on_local_append(plog.log_end_offset)
         partition.update_follower_high_watermark(action.leader_high_watermark)
         plog.update_high_watermark(partition.high_watermark)
@@ -1011,7 +1003,6 @@ class ReplicaManager:
         self.partitions.clear()
 
     def invariants(self) -> None:
-        self.log_manager.invariants()
         for tp, partition in self.partitions.items():
             partition.invariants()
             plog = self.logs[tp]

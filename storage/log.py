@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from proto import errors
-from storage import cleaner, compaction, log_loader, log_validator
+from storage import cleaner, compaction, log_loader, log_validator, producer_state_log
 from storage.batch_header import BatchHeader, CorruptRecordError
 from storage.checkpoint import OffsetCheckpoint
 from storage.config import LOG_APPEND_TIME, LogConfig
@@ -47,6 +47,7 @@ from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.file_slice import FileSlice
 from storage.index import NO_TIMESTAMP
 from storage.log_validator import UnexpectedAppendOffsetError
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from storage.record_batch import decode_batch
 from storage.segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment
 
@@ -125,7 +126,11 @@ class Log:
     """
 
     def __init__(
-        self, directory: Path, config: LogConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms
+        self,
+        directory: Path,
+        config: LogConfig | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.directory = Path(directory)
         self.name = self.directory.name  # for messages: Kafka names partition directories <topic>-<n>
@@ -167,6 +172,10 @@ class Log:
         self._cleaning: cleaner.CleaningPlan | None = None
         self._truncations = 0  # a pass planned before a truncation never swaps in
         self._retired: list[LogSegment] = []  # replaced by cleaned segments; closed one pass later
+        # The idempotent producers of this log (KIP-98), kept in line with its batches by every
+        # append and truncation below (storage.producer_state_log); the replica manager asks it.
+        self.producer_state = ProducerStateManager(producer_id_expiration_ms)
+        producer_state_log.recover(self, self.producer_state, clock_ms())
         self.invariants()
 
     def _load_epoch_cache(
@@ -323,8 +332,16 @@ class Log:
         now_ms: int,
     ) -> LogAppendInfo:
         best = appended[0] if len(appended) == 1 else max(appended, key=lambda batch: batch.max_timestamp)
+        segment_before = self._bases[-1]
         self._maybe_roll(len(valid.data), best.max_timestamp, appended[-1].last_offset, now_ms)
         self.active_segment.append(pieces, len(valid.data), appended)
+        if self._bases[-1] != segment_before:  # exact at the new base: before its batches are applied
+            producer_state_log.snapshot_at_roll(
+                self.directory, self.producer_state, self._bases[-1], self._bases[0]
+            )
+        producer_state_log.apply_appended(
+            self.producer_state, valid.headers, [batch.last_offset for batch in appended], now_ms
+        )
         records = valid.num_records
         info = LogAppendInfo(
             first_offset=first_offset,
@@ -644,6 +661,7 @@ class Log:
         self._write_if_changed("recovery_point", self._recovery_point)
         if lowered:  # a checkpoint above the HW would cover the next leader's uncommitted records
             self._write_if_changed("high_watermark", self._high_watermark)
+        producer_state_log.rebuild(self, self.producer_state, self._clock_ms())
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -659,6 +677,7 @@ class Log:
         self._first_dirty_offset = min(self._first_dirty_offset, offset)
         self._truncations += 1
         self._leader_epoch_cache.clear()
+        producer_state_log.clear(self.directory, self.producer_state)
         self.write_checkpoints()
 
     # ------------------------------------------------------------------------------------ compaction

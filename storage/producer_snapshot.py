@@ -1,6 +1,6 @@
 """Producer-state snapshots: ``<base offset>.snapshot`` files beside a partition's segments.
 
-A snapshot named for offset N holds the idempotent-producer state (``broker.producer_state``) as of
+A snapshot named for offset N holds the idempotent-producer state (``storage.producer_state``) as of
 the log up to N exclusive. The broker writes one when a segment rolls (N = the new segment's base
 offset), so recovery loads the latest snapshot at or below the log end offset and replays only the
 batches after it instead of rescanning the whole log. Written atomically

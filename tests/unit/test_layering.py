@@ -35,7 +35,7 @@ CORE_MODULES = [
     "broker/partition.py",
     "broker/fetcher.py",
     "broker/fetch_session.py",
-    "broker/producer_state.py",
+    "storage/producer_state.py",
     "storage/compaction.py",
     "broker/group_coordinator.py",
     "broker/group_manager.py",

@@ -541,7 +541,6 @@ class SimBroker:
             for segment in [*plog._segments, *plog._retired]:
                 segment.close()
         self.manager.logs.clear()
-        self.manager.producer_states.clear()
 
     def log_may_change(self) -> None:
         """The next call may append at the log end (or truncate, which the checker sees as a lower LEO)."""

@@ -1,4 +1,4 @@
-"""Seeded simulation of the leader's dedup state (broker.producer_state) under reordering and retries.
+"""Seeded simulation of the leader's dedup state (storage.producer_state) under reordering and retries.
 
 One idempotent producer sends numbered batches to one partition with up to 5 unacknowledged batches
 (Kafka's max.in.flight with idempotence). The network delivers requests in random order, drops
@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from broker.producer_state import (
+from storage.producer_state import (
     INT32_MAX,
     Append,
     Duplicate,

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfigError, BrokerSettings, config_from, parse_overrides
-from broker.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from broker.replica_manager import ProduceRequestPartition, ReplicaManager
 from proto.errors import ErrorCode
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from storage.record_batch import build_batch
 from tests.unit.broker import test_replica_manager
 from tests.unit.broker.test_config_sources import args_for
@@ -89,8 +89,8 @@ def produce(h: Harness, sequence: int, values: list[bytes]):
 
 
 def test_configured_expiration_reaches_the_partition(harness: Harness) -> None:
-    pstate = harness.managers[101].producer_states[KEY]
-    assert pstate.state.expiration_ms == EXPIRATION_MS
+    pstate = harness.managers[101].logs[KEY].producer_state
+    assert pstate.expiration_ms == EXPIRATION_MS
 
 
 def test_idle_producer_expires_after_the_configured_time(harness: Harness, clock: Clock) -> None:
@@ -104,7 +104,7 @@ def test_idle_producer_expires_after_the_configured_time(harness: Harness, clock
         assert produce(harness, 5, [b"probe"]).code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, idle_ms
     clock.now_ms = appended_ms + EXPIRATION_MS + EXPIRATION_MS // 10
     assert produce(harness, 5, [b"probe"]).code == ErrorCode.UNKNOWN_PRODUCER_ID
-    assert PID not in harness.managers[101].producer_states[KEY].state.producers
+    assert PID not in harness.managers[101].logs[KEY].producer_state.producers
     assert harness.managers[101].logs[KEY].log_end_offset == 2
     clock.now_ms += 1  # the producer comes back with a bumped epoch from sequence 0 (KIP-360)
     assert produce(harness, 0, [b"c"]).code == ErrorCode.NONE

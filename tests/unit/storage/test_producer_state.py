@@ -1,10 +1,11 @@
-"""broker.producer_state: the leader's dedup rules (KIP-98) and expiry (KIP-854), as tables."""
+"""storage.producer_state: the leader's dedup rules (KIP-98) and expiry (KIP-854), as tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.producer_state import (
+from proto.errors import ErrorCode
+from storage.producer_state import (
     APPEND,
     INT32_MAX,
     Duplicate,
@@ -13,7 +14,6 @@ from broker.producer_state import (
     Reject,
     next_sequence,
 )
-from proto.errors import ErrorCode
 
 PID = 7
 

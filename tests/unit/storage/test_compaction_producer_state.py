@@ -1,4 +1,4 @@
-"""Idempotent-producer state survives log compaction (storage.cleaner + broker.producer_state_log).
+"""Idempotent-producer state survives log compaction (storage.cleaner + storage.producer_state_log).
 
 Kafka's cleaner keeps each producer's last batch (empty if all its records were superseded), with its
 producer epoch, base sequence and lastOffsetDelta, so that rebuilding the state from the log — here
@@ -10,56 +10,50 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.producer_state import APPEND, Duplicate, ProducerBatch, Reject
-from broker.producer_state_log import PartitionProducerState
 from storage import cleaner, producer_snapshot
 from storage.config import LogConfig
 from storage.log import Log
+from storage.producer_state import APPEND, Duplicate, ProducerBatch, Reject
 from storage.record_batch import build_batch
 
 CONFIG = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.0, retention_ms=None)
 KEYS = [b"a", b"b", b"c"]
 
 
-def produce(
-    plog: Log, pstate: PartitionProducerState, pid: int, sequence: int, value: bytes, keys: list[bytes] = KEYS
-) -> None:
+def produce(plog: Log, pid: int, sequence: int, value: bytes, keys: list[bytes] = KEYS) -> None:
     records = build_batch(
         [(key, value, (), 0) for key in keys], producer_id=pid, producer_epoch=0, base_sequence=sequence
     )
-    before = plog.segment_base_offsets[-1]
-    assert pstate.state.check_all([ProducerBatch(pid, 0, sequence, len(KEYS) - 1)]) == APPEND
-    info = plog.append_as_leader(records, 0)
-    pstate.after_append(records, before, now_ms=0, first_offset=info.first_offset)
+    assert plog.producer_state.check_all([ProducerBatch(pid, 0, sequence, len(KEYS) - 1)]) == APPEND
+    plog.append_as_leader(records, 0)
 
 
 def test_state_rebuilt_from_a_compacted_log_keeps_last_sequences(tmp_path: Path) -> None:
-    plog = Log(tmp_path, CONFIG)
-    pstate = PartitionProducerState.open(plog, 10**9, 0)
-    produce(plog, pstate, 7, 0, b"p7-kept", keys=[b"x", b"y", b"z"])  # never superseded
+    plog = Log(tmp_path, CONFIG, producer_id_expiration_ms=10**9)
+    produce(plog, 7, 0, b"p7-kept", keys=[b"x", b"y", b"z"])  # never superseded
     for round_ in range(1, 4):  # producer 7: sequences 3..11, every record superseded by producer 8
-        produce(plog, pstate, 7, round_ * 3, b"p7-%d" % round_)
+        produce(plog, 7, round_ * 3, b"p7-%d" % round_)
         plog.roll()
     for round_ in range(2):
-        produce(plog, pstate, 8, round_ * 3, b"p8-%d" % round_)
+        produce(plog, 8, round_ * 3, b"p8-%d" % round_)
         plog.roll()
-    produce(plog, pstate, 9, 0, b"p9")  # the active segment
+    produce(plog, 9, 0, b"p9")  # the active segment
     plog.update_high_watermark(plog.log_end_offset)
-    expected_last = {pid: entry.last_seq for pid, entry in pstate.state.producers.items()}
+    expected_last = {pid: entry.last_seq for pid, entry in plog.producer_state.producers.items()}
     plan = plog.plan_cleaning()
     assert plan is not None and plog.finish_cleaning(cleaner.clean(plan))
     plog.close()
 
     producer_snapshot.delete_snapshots(tmp_path, above=-1)  # force a full replay of the compacted log
     assert producer_snapshot.snapshot_offsets(tmp_path) == []
-    plog = Log(tmp_path, CONFIG)
+    plog = Log(tmp_path, CONFIG, producer_id_expiration_ms=10**9)  # rebuilds the state from the log
     try:
-        rebuilt = PartitionProducerState.open(plog, 10**9, 0)
-        rebuilt.state.invariants()
-        assert {pid: e.last_seq for pid, e in rebuilt.state.producers.items()} == expected_last
+        rebuilt = plog.producer_state
+        rebuilt.invariants()
+        assert {pid: e.last_seq for pid, e in rebuilt.producers.items()} == expected_last
         # Producer 7's last batch (sequences 9..11) is still a duplicate, 12 is the next in sequence.
-        assert rebuilt.state.check(ProducerBatch(7, 0, 9, 2)) == Duplicate(9, 11)
-        assert rebuilt.state.check(ProducerBatch(7, 0, 12, 2)) == APPEND
-        assert isinstance(rebuilt.state.check(ProducerBatch(7, 0, 13, 2)), Reject)
+        assert rebuilt.check(ProducerBatch(7, 0, 9, 2)) == Duplicate(9, 11)
+        assert rebuilt.check(ProducerBatch(7, 0, 12, 2)) == APPEND
+        assert isinstance(rebuilt.check(ProducerBatch(7, 0, 13, 2)), Reject)
     finally:
         plog.close()
