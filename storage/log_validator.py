@@ -16,9 +16,11 @@ On the leader (a client's batches) the records are checked too, as Kafka's LogVa
 records must match the header (recordsCount records, each within its length, offset deltas 0..n-1, no
 bytes left over) — else CORRUPT_MESSAGE and nothing is appended. A CRC only proves that the bytes
 arrived as the producer sent them; without this check a batch marked zstd whose payload is not zstd
-was appended, and every consumer then failed at its offset. Uncompressed batches are walked as well
-(Kafka iterates their records too): the walk skips keys and values by length without copying them
-(its cost is in bench/RESULTS.md, ``storage_bench --validation``). A follower does not re-check: it
+was appended, and every consumer then failed at its offset. Uncompressed batches are checked as well
+(Kafka iterates their records too): the walk skips keys and values by length without copying them,
+and records of one shape (a producer's usual batch) are proved well formed with strided slices
+instead (``storage.uniform_records``, same verdicts; the costs are in bench/RESULTS.md,
+``storage_bench --validation-only``). A follower does not re-check: it
 stores what its leader accepted (and a compacted leader's batches have offset gaps).
 
 Offsets on the leader: batch i gets ``baseOffset = LEO + records before it`` and the leader's epoch.

@@ -70,6 +70,7 @@ from storage.batch_header import (
     validate_batch,
 )
 from storage.compression import CompressionType, compress, decompress
+from storage.uniform_records import MIN_RECORD_BODY_BYTES, NULL_LENGTH, prove_uniform
 from storage.varint import (
     INT64_MAX,
     SMALL_VARINT_LIMIT,
@@ -80,9 +81,7 @@ from storage.varint import (
 )
 
 NO_TIMESTAMP = -1  # Kafka's RecordBatch.NO_TIMESTAMP: the timestamps of a batch with no records
-NULL_LENGTH = -1  # a null key, value or header value
-MIN_RECORD_BYTES = 7  # length + attributes + timestampDelta + offsetDelta + key + value + headerCount
-MIN_RECORD_BODY_BYTES = MIN_RECORD_BYTES - 1  # the same without the length varint
+MIN_RECORD_BYTES = MIN_RECORD_BODY_BYTES + 1  # with the length varint
 COLUMNS = ("offset", "timestamp", "key", "value", "headers")  # decode_columns' keys, Record's fields
 
 InvalidRecordError = errors.exception_class(errors.ErrorCode.INVALID_RECORD)
@@ -567,6 +566,14 @@ def check_batch_records(buf: bytes | bytearray | memoryview, pos: int, header: B
 
 
 def check_records(data: bytes, count: int) -> None:
+    """Check ``count`` records filling ``data`` (see ``check_batch_records``): records of one shape are
+    shown well formed by ``storage.uniform_records`` with strided slices; any other region is walked
+    (``_walk_records``), which accepts it or raises ``CorruptRecordError`` naming the problem."""
+    if not prove_uniform(data, count):
+        _walk_records(data, count)
+
+
+def _walk_records(data: bytes, count: int) -> None:
     """Walk ``count`` records filling ``data`` without building them (see ``check_batch_records``).
 
     The same varint inlining as ``_decode_region`` (1- and 2-byte varints from tables, longer ones by
