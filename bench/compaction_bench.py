@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from storage import cleaner  # noqa: E402
+from storage.clock import wall_clock_ms  # noqa: E402
 from storage.compression import CompressionType  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
 from storage.log import Log  # noqa: E402
@@ -100,7 +101,7 @@ def main() -> None:
         cleanup_policy="compact", segment_bytes=1 << 20, retention_ms=None, min_cleanable_dirty_ratio=0.0
     )
     with tempfile.TemporaryDirectory(prefix="compaction-bench-") as directory:
-        log = Log(Path(directory) / "bench-0", config)
+        log = Log(Path(directory) / "bench-0", config, wall_clock_ms)
         fill(log, args.records, args.keys, codec)
         segments = len(log.segment_base_offsets) - 1
         figures = asyncio.run(one_pass(log))

@@ -47,6 +47,7 @@ from kafka.record.memory_records import MemoryRecords  # noqa: E402
 
 from storage import log_validator  # noqa: E402
 from storage.batch_header import iter_batches as iter_headers  # noqa: E402
+from storage.clock import wall_clock_ms  # noqa: E402
 from storage.compression import CompressionType  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
 from storage.log import Log  # noqa: E402
@@ -202,7 +203,7 @@ def bench_log(size_mib: int, workdir: Path) -> None:
     print("|---|---|---|---|")
     plain = workdir / "plain.bin"
     log_dir = workdir / "log"
-    log = Log(log_dir, LogConfig())
+    log = Log(log_dir, LogConfig(), wall_clock_ms)
     seconds = interleaved_writes(log, plain, batch, batches)
     raw_write_s, append_s = seconds["write"], seconds["append"]
     assert log.log_end_offset == records, (log.log_end_offset, records)
@@ -224,7 +225,7 @@ def bench_log(size_mib: int, workdir: Path) -> None:
     log.close()
     torn = tear_tail(log_dir, batch)
     start = time.perf_counter()
-    reopened = Log(log_dir, LogConfig())
+    reopened = Log(log_dir, LogConfig(), wall_clock_ms)
     recovery_s = time.perf_counter() - start
     loaded = reopened.load_result
     assert reopened.log_end_offset == records, (reopened.log_end_offset, records)
@@ -318,7 +319,7 @@ def bench_validation(rounds: int, workdir: Path) -> None:
     for codec, compressible in [(CompressionType.NONE, False), (CompressionType.LZ4, True),
                                 (CompressionType.ZSTD, True)]:  # fmt: skip
         batch = build_batch(make_records(int(codec), compressible), compression=codec)
-        log = Log(workdir / f"validation-{codec.name.lower()}", LogConfig())
+        log = Log(workdir / f"validation-{codec.name.lower()}", LogConfig(), wall_clock_ms)
 
         def append(check: bool, log: Log = log, batch: bytes = batch) -> int:
             log_validator.check_batch_records = checked if check else _no_check

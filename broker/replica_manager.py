@@ -164,7 +164,7 @@ from storage.batch_header import HEADER_SIZE, CorruptRecordError, iter_batches
 from storage.compression import CompressionType
 from storage.file_slice import Records
 from storage.index import NO_TIMESTAMP
-from storage.log import Log, wall_clock_ms
+from storage.log import Log
 from storage.log_validator import AppendOrigin
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
 from storage.producer_state_log import producer_batch
@@ -300,8 +300,8 @@ class ReplicaManager:
         fetchers: FetcherControl,
         send_alter_partition: Callable[[str, AlterPartitionProposal], None],
         on_deadline: Callable[[int], None],
+        clock_ms: Callable[[], int],
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.broker_id = broker_id
         # Wall-clock time for the logs (segment.ms, retention.ms, flush.ms) and producer expiry; the

@@ -98,6 +98,7 @@ from proto.meta_properties import (
 from proto.metrics import MetricsEndpoint, serve_metrics
 from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
 from proto.settings import check_data_dir
+from storage.clock import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +211,7 @@ class BrokerNode:
             fetchers=self.fetchers,
             send_alter_partition=self.send_alter_partition,
             on_deadline=self._wake_at,
+            clock_ms=wall_clock_ms,
             producer_id_expiration_ms=settings.producer_id_expiration_ms,
         )
         self.fetchers.manager = self.manager

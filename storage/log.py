@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from proto import errors
 from storage import cleaner, compaction, log_loader, log_validator, producer_state_log
 from storage.batch_header import BatchHeader, CorruptRecordError
 from storage.checkpoint import OffsetCheckpoint
+from storage.clock import wall_clock_ms  # re-exported for the callers that import it from here
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.file_slice import FileSlice
@@ -64,10 +64,6 @@ __all__ = [
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest constants).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class LogAppendInfo(NamedTuple):
@@ -121,15 +117,16 @@ class Log:
     - Properties: ``log_end_offset``, ``log_start_offset``, ``high_watermark``, ``recovery_point``,
       ``size_bytes``, ``segment_base_offsets``, ``leader_epoch_cache``, ``latest_epoch``.
 
-    ``clock_ms`` gives the time for segment.ms, retention.ms, flush.ms and LogAppendTime; tests pass a
-    fake clock.
+    ``clock_ms`` (injected: the Log never reads the time itself) gives the time for segment.ms,
+    retention.ms, flush.ms, LogAppendTime and producer expiry: ``storage.clock.wall_clock_ms`` in the
+    broker, a fake or virtual clock in tests and the simulation.
     """
 
     def __init__(
         self,
         directory: Path,
-        config: LogConfig | None = None,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        config: LogConfig | None,
+        clock_ms: Callable[[], int],
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.directory = Path(directory)

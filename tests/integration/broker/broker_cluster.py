@@ -23,6 +23,7 @@ from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from pykraft.admin import AdminClient, PartitionInfo
 from pykraft.cluster import LocalCluster, NodeSpec
+from storage.clock import wall_clock_ms
 from storage.log import Log
 from storage.record_batch import build_batch, decode_records
 from tests import kafka_call as kafka
@@ -237,7 +238,7 @@ def value(spec: NodeSpec, name: str, **labels: str) -> float | None:
 
 def read_log_file(directory: Path, end: int) -> list[tuple[int, bytes]]:
     """(offset, value) of every record below ``end`` in a stopped replica's partition directory."""
-    log = Log(directory)
+    log = Log(directory, None, wall_clock_ms)
     try:
         out: list[tuple[int, bytes]] = []
         while len(out) < end:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from storage.clock import wall_clock_ms
 from storage.log import Log
 from storage.record_batch import iter_batches
 from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
@@ -172,7 +173,7 @@ def test_keyless_record_is_refused_by_a_compacted_topic(cluster: BrokerCluster) 
 
 def log_records(directory: Path) -> list[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every record in a stopped replica's partition directory."""
-    plog = Log(directory)
+    plog = Log(directory, None, wall_clock_ms)
     try:
         out, offset = [], plog.log_start_offset
         while offset < plog.log_end_offset:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 
@@ -41,7 +42,7 @@ def build_batch(first_offset: int, count: int) -> bytes:
 
 def main(directory: str, leader_epoch: int, seed: int) -> None:
     rng = random.Random(seed)
-    log = Log(Path(directory), CONFIG)
+    log = Log(Path(directory), CONFIG, wall_clock_ms)
     print(f"open {log.log_end_offset}", flush=True)
     while True:
         info = log.append_as_leader(build_batch(log.log_end_offset, rng.randint(1, 40)), leader_epoch)

@@ -31,6 +31,7 @@ from crash_writer import BASE_TIMESTAMP, CONFIG, expected_value
 from kafka.record.default_records import DefaultRecordBatch
 
 from storage.batch_header import validate_batch
+from storage.clock import wall_clock_ms
 from storage.log import Log
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -169,7 +170,7 @@ def test_sigkill_during_flushed_appends_loses_nothing_acknowledged(tmp_path: Pat
             must_keep = acknowledged.last_offset + 1
             if leader_epoch % 2:
                 lose_unflushed_bytes(directory, acknowledged, rng)
-        log = Log(directory, CONFIG)
+        log = Log(directory, CONFIG, wall_clock_ms)
         try:
             assert not log.load_result.had_clean_shutdown
             assert log.log_end_offset >= must_keep, (

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from storage.batch_header import iter_batches
+from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 from storage.record_batch import build_batch
@@ -51,7 +52,7 @@ def test_recovery_rebuilds_epochs_that_a_power_loss_took_back(directory: Path) -
     divergence, and offsets 8-10 differ from the leader's forever, below the HW."""
     log_dir = directory / "sim-0"
     with DurabilityTracker(directory) as disk:
-        log = Log(log_dir, LogConfig())
+        log = Log(log_dir, LogConfig(), wall_clock_ms)
         for offset in range(11):
             log.append_as_follower(_batch(offset, 0))
         log.flush()
@@ -61,7 +62,7 @@ def test_recovery_rebuilds_epochs_that_a_power_loss_took_back(directory: Path) -
         assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == [(0, 0), (1, 8)]
         _drop(log)
         disk.power_loss(log_dir)
-        recovered = Log(log_dir, LogConfig())
+        recovered = Log(log_dir, LogConfig(), wall_clock_ms)
         try:
             # Either the truncation survived (it is fsynced now: LEO 8) or the old batches came back
             # (LEO 11); in both cases every batch's epoch is the one the cache gives for its offset.
@@ -86,7 +87,7 @@ def test_a_follower_truncation_survives_a_power_loss(directory: Path) -> None:
     log_dir = directory / "sim-0"
     config = LogConfig(segment_bytes=240)  # batches of 78, 78 | 140, 78 bytes; then 140 | 108
     with DurabilityTracker(directory) as disk:
-        log = Log(log_dir, config)
+        log = Log(log_dir, config, wall_clock_ms)
         for offset, size in ((0, 10), (1, 10), (2, 70), (3, 10)):
             log.append_as_follower(_batch(offset, 0, size))
         log.flush()
@@ -97,7 +98,7 @@ def test_a_follower_truncation_survives_a_power_loss(directory: Path) -> None:
         log.flush()
         _drop(log)
         disk.power_loss(log_dir)
-        recovered = Log(log_dir, config)
+        recovered = Log(log_dir, config, wall_clock_ms)
         try:
             assert recovered.log_end_offset == 4
             assert recovered.leader_epoch_cache.epoch_for_offset(3) == 1

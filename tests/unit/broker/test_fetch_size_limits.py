@@ -25,6 +25,7 @@ from broker.replica_manager import (
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from proto.errors import ErrorCode
+from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 
 TOPIC, TOPIC_ID = "t", "topic-id-t"
@@ -53,7 +54,7 @@ def leader(tmp_path: Path) -> ReplicaManager:
     image.apply_batch(records, 1)
     manager = ReplicaManager(
         LEADER, tmp_path, replica_lag_time_max_ms=1000, topic_defaults={}, fetchers=_NoFetchers(),
-        send_alter_partition=lambda *_: None, on_deadline=lambda _ms: None,
+        send_alter_partition=lambda *_: None, on_deadline=lambda _ms: None, clock_ms=wall_clock_ms,
     )  # fmt: skip
     manager.apply_image(image, 0)
     for p in PARTITIONS:

@@ -38,6 +38,7 @@ from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_request, parse_response
 from proto.kafka.codec import FrameParts
+from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch, decode_records
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
@@ -78,6 +79,7 @@ class Broker:
             fetchers=_NoFetchers(),
             send_alter_partition=lambda *_: None,
             on_deadline=lambda _ms: None,
+            clock_ms=wall_clock_ms,
         )
         self.manager.apply_image(image, 0)
         self.metrics = KafkaRequestMetrics(CollectorRegistry())

@@ -12,6 +12,7 @@ import pytest
 from broker.config import BrokerConfigError, parse_overrides
 from broker.log_cleaner import LogCleanerDriver
 from storage import cleaner
+from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 from storage.record_batch import build_batch, iter_records
@@ -20,7 +21,7 @@ COMPACT = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.0, ret
 
 
 def filled(directory: Path, config: LogConfig, rounds: int = 4) -> Log:
-    log = Log(directory, config)
+    log = Log(directory, config, wall_clock_ms)
     for round_ in range(rounds):
         log.append_as_leader(build_batch([(b"k%d" % i, b"v%d" % round_, (), 0) for i in range(3)]), 0)
         log.roll()

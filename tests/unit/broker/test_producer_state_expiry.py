@@ -71,9 +71,9 @@ def clock() -> Clock:
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[Harness]:
     """The ReplicaManager harness, every manager built with producer_id_expiration_ms=EXPIRATION_MS
     (the keyword broker.server passes from BrokerSettings) and the test's clock injected."""
-    configured = functools.partial(ReplicaManager, producer_id_expiration_ms=EXPIRATION_MS, clock_ms=clock)
+    configured = functools.partial(ReplicaManager, producer_id_expiration_ms=EXPIRATION_MS)
     monkeypatch.setattr(test_replica_manager, "ReplicaManager", configured)
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, clock_ms=clock)
     yield h
     for manager in h.managers.values():
         manager.close()

@@ -10,6 +10,7 @@ truncates by leader epoch, never to its HW — both KIP-101 scenarios lose nothi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ from metadata.records import (
     TopicRecord,
 )
 from proto.errors import ErrorCode
+from storage.clock import wall_clock_ms
 from storage.epoch_cache import EpochEntry
 from storage.record_batch import build_batch, decode_records
 
@@ -70,9 +72,16 @@ class FakeFetchers:
 
 class Harness:
     def __init__(
-        self, tmp_path: Path, replicas=BROKERS, min_insync: str = "2", leader_epoch: int = 0, **configs: str
+        self,
+        tmp_path: Path,
+        replicas=BROKERS,
+        min_insync: str = "2",
+        leader_epoch: int = 0,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        **configs: str,
     ) -> None:
         self.tmp_path = tmp_path
+        self.clock_ms = clock_ms
         self.now_ms = 1_000
         self.image = MetadataImage()
         self.offset = 0
@@ -105,6 +114,7 @@ class Harness:
             fetchers=self.fetchers[broker_id],
             send_alter_partition=lambda _topic_id, proposal: self.proposals[broker_id].append(proposal),
             on_deadline=lambda _deadline_ms: None,
+            clock_ms=self.clock_ms,
         )
         self.managers[broker_id] = manager
         manager.apply_image(self.image, self.now_ms)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from storage import cleaner, producer_snapshot
+from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 from storage.producer_state import APPEND, Duplicate, ProducerBatch, Reject
@@ -29,7 +30,7 @@ def produce(plog: Log, pid: int, sequence: int, value: bytes, keys: list[bytes] 
 
 
 def test_state_rebuilt_from_a_compacted_log_keeps_last_sequences(tmp_path: Path) -> None:
-    plog = Log(tmp_path, CONFIG, producer_id_expiration_ms=10**9)
+    plog = Log(tmp_path, CONFIG, wall_clock_ms, producer_id_expiration_ms=10**9)
     produce(plog, 7, 0, b"p7-kept", keys=[b"x", b"y", b"z"])  # never superseded
     for round_ in range(1, 4):  # producer 7: sequences 3..11, every record superseded by producer 8
         produce(plog, 7, round_ * 3, b"p7-%d" % round_)
@@ -46,7 +47,8 @@ def test_state_rebuilt_from_a_compacted_log_keeps_last_sequences(tmp_path: Path)
 
     producer_snapshot.delete_snapshots(tmp_path, above=-1)  # force a full replay of the compacted log
     assert producer_snapshot.snapshot_offsets(tmp_path) == []
-    plog = Log(tmp_path, CONFIG, producer_id_expiration_ms=10**9)  # rebuilds the state from the log
+    # Opening the log rebuilds the producer state from the compacted batches.
+    plog = Log(tmp_path, CONFIG, wall_clock_ms, producer_id_expiration_ms=10**9)
     try:
         rebuilt = plog.producer_state
         rebuilt.invariants()

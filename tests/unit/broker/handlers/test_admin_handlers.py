@@ -29,6 +29,7 @@ from proto.kafka.api import (
     parse_request,
     parse_response,
 )
+from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 
 LISTENER = "PLAINTEXT"
@@ -77,6 +78,7 @@ class Harness:
             fetchers=SimpleNamespace(add_partition=lambda *a: None, remove_partition=lambda *a: None),
             send_alter_partition=lambda *_: None,
             on_deadline=lambda _ms: None,
+            clock_ms=wall_clock_ms,
         )
         self.manager.apply_image(image, 0)
         self.controller = Controller()

@@ -22,6 +22,7 @@ from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, To
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
+from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 
 T_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
@@ -57,7 +58,7 @@ class Leader:
         image.apply_batch(records, 1)
         self.manager = ReplicaManager(
             101, tmp_path, replica_lag_time_max_ms=1000, topic_defaults={}, fetchers=_NoFetchers(),
-            send_alter_partition=lambda *_: None, on_deadline=lambda _ms: None,
+            send_alter_partition=lambda *_: None, on_deadline=lambda _ms: None, clock_ms=wall_clock_ms,
         )  # fmt: skip
         self.manager.apply_image(image, 0)
         self.services = BrokerServices(
