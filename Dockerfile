@@ -3,6 +3,7 @@
 #
 #   docker build --target runtime -t pykraft:local .          # controllers and brokers
 #   docker build --target spark   -t pykraft-spark:local .    # + Java + PySpark (the spark service)
+#   docker build --target prometheus -t pykraft-prometheus:local .  # Debian's prometheus (a compose profile)
 #
 # Where no registry can be pulled from, build on a local Debian base instead of python:3.11-slim:
 #   scripts/docker-base-image.sh && docker build --network host --build-arg BASE=pykraft-base:local ...
@@ -80,3 +81,17 @@ USER pykraft
 WORKDIR /var/lib/pykraft
 ENTRYPOINT ["python", "/opt/pykraft/spark_query.py"]
 CMD []
+
+# The prometheus service (compose profile `prometheus`): Debian's prometheus package with pykraft's scrape
+# configuration and alert rules; no registry image is needed.
+FROM ${BASE} AS prometheus
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /var/lib/pykraft-prometheus && chown prometheus:prometheus /var/lib/pykraft-prometheus
+COPY docker/prometheus/ /etc/pykraft-prometheus/
+USER prometheus
+VOLUME ["/var/lib/pykraft-prometheus"]
+EXPOSE 9090
+ENTRYPOINT ["/usr/bin/prometheus", "--config.file=/etc/pykraft-prometheus/prometheus.yml", \
+            "--storage.tsdb.path=/var/lib/pykraft-prometheus", "--web.listen-address=0.0.0.0:9090"]

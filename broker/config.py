@@ -137,7 +137,10 @@ GRPC_LISTENER = "GRPC"
 DEFAULT_KAFKA_LISTENER = "PLAINTEXT"
 DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
-METRICS_OFF = -1  # proto.metrics.METRICS_OFF (not imported: prometheus-client is slow to import)
+# proto.metrics' names (not imported: prometheus-client is slow to import)
+METRICS_OFF = -1
+METRICS_HOST = "127.0.0.1"
+METRICS_HOST_SETTING = "--metrics-host"
 
 
 class BrokerConfigError(ValueError):
@@ -241,6 +244,7 @@ class BrokerConfig:
     advertised_host: str = ""  # registered with the controller; "" = host
     advertised_port: int = 0  # 0 = port
     kafka_listeners: tuple[KafkaListenerSpec, ...] = ()
+    metrics_host: str = METRICS_HOST  # --metrics-host: where /metrics listens
 
     @property
     def listen(self) -> str:
@@ -397,7 +401,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument(
         "--metrics-port", type=int, default=0,
-        help="Prometheus /metrics port on 127.0.0.1 (0: pick a free one and print it; -1: off)",
+        help="Prometheus /metrics port on --metrics-host (0: pick a free one and print it; -1: off)",
+    )  # fmt: skip
+    parser.add_argument(
+        METRICS_HOST_SETTING, default=METRICS_HOST, metavar="HOST",
+        help="address /metrics listens on (default: %(default)s; 0.0.0.0 in a container, for Prometheus)",
     )  # fmt: skip
 
 
@@ -441,7 +449,7 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
     listeners = kafka_listeners(settings, host, advertised_all, advertised[0])
     return BrokerConfig(
         args.node_id, host, int(port), controllers, args.data_dir, args.rack or "", settings,
-        args.metrics_port, *advertised, kafka_listeners=listeners,
+        args.metrics_port, *advertised, kafka_listeners=listeners, metrics_host=args.metrics_host,
     )  # fmt: skip
 
 

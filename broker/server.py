@@ -271,7 +271,8 @@ class BrokerNode:
         A port in use (or any unusable address) raises ``ListenerError`` with one line naming the
         setting, and nothing keeps running. With port 0 the kernel picks the port, and the broker
         registers that one (unless an advertised listener says otherwise)."""
-        self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port)
+        self.metrics_endpoint = serve_metrics(self.metrics.registry, self.config.metrics_port,
+                                              self.config.metrics_host)
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminForwarder(self.forward_admin), self.server)
         self.health = add_standard_services(self.server, SERVICE_NAMES)

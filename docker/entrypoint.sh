@@ -12,6 +12,8 @@
 # PYKRAFT_LISTEN defaults to 0.0.0.0:9093 (controller) / 0.0.0.0:9092 (broker); PYKRAFT_DATA_DIR to
 # /var/lib/pykraft/data (the volume); PYKRAFT_OVERRIDES is a list of Kafka-named settings,
 # "key=value" separated by spaces or commas (e.g. "min.insync.replicas=2 default.replication.factor=3").
+# Every node serves Prometheus metrics on $PYKRAFT_METRICS_HOST:$PYKRAFT_METRICS_PORT (default
+# 0.0.0.0:9100, reachable inside the compose network only unless published; -1 turns it off).
 # Extra arguments after the role are passed on. A missing required variable exits 2 naming it.
 set -eu
 
@@ -30,6 +32,10 @@ overrides() {  # print "--override k=v" pairs for PYKRAFT_OVERRIDES
   done
 }
 
+metrics() {  # print the metrics endpoint's flags
+  printf ' --metrics-port %s --metrics-host %s' "${PYKRAFT_METRICS_PORT:-9100}" "${PYKRAFT_METRICS_HOST:-0.0.0.0}"
+}
+
 role="${1:-controller}"
 [ "$#" -gt 0 ] && shift
 data_dir="${PYKRAFT_DATA_DIR:-/var/lib/pykraft/data}"
@@ -40,7 +46,7 @@ case "$role" in
     voters="$(need PYKRAFT_VOTERS)"
     # shellcheck disable=SC2046  # word splitting of the override list is intended
     exec pykraft controller --node-id "$node_id" --listen "${PYKRAFT_LISTEN:-0.0.0.0:9093}" \
-      --voters "$voters" --data-dir "$data_dir" $(overrides) "$@"
+      --voters "$voters" --data-dir "$data_dir" $(metrics) $(overrides) "$@"
     ;;
   broker)
     node_id="$(need PYKRAFT_NODE_ID)"
@@ -51,7 +57,7 @@ case "$role" in
       set -- "$@" --advertised-listeners "$PYKRAFT_ADVERTISED_LISTENERS"
     fi
     # shellcheck disable=SC2046
-    exec pykraft broker "$@" $(overrides)
+    exec pykraft broker "$@" $(metrics) $(overrides)
     ;;
   healthcheck)
     # Probe the address this node listens on (0.0.0.0 or unset: loopback; a name: its own address).

@@ -70,7 +70,14 @@ from proto.meta_properties import (
     read_cluster_id,
     record_cluster_id,
 )
-from proto.metrics import METRICS_HOST, METRICS_OFF, METRICS_SETTING, MetricsEndpoint, serve_metrics
+from proto.metrics import (
+    METRICS_HOST,
+    METRICS_HOST_SETTING,
+    METRICS_OFF,
+    METRICS_SETTING,
+    MetricsEndpoint,
+    serve_metrics,
+)
 from proto.serving import add_standard_services, start_shutdown_watchdog
 from proto.settings import (
     ADVERTISED_LISTENERS,
@@ -230,7 +237,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument(
         "--metrics-port", type=int, default=0,
-        help="Prometheus /metrics port on 127.0.0.1 (0: pick a free one and print it; -1: off)",
+        help="Prometheus /metrics port on --metrics-host (0: pick a free one and print it; -1: off)",
+    )  # fmt: skip
+    parser.add_argument(
+        METRICS_HOST_SETTING, default=METRICS_HOST, metavar="HOST",
+        help="address /metrics listens on (default: %(default)s; 0.0.0.0 in a container, for Prometheus)",
     )  # fmt: skip
 
 
@@ -309,9 +320,11 @@ class ControllerNode:
         settings: ControllerSettings,
         seed: int | None = None,
         metrics_port: int = METRICS_OFF,
+        metrics_host: str = METRICS_HOST,
     ) -> None:
         self.voters = parse_voters(voters)
         self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.metrics: MetricsEndpoint | None = None
         me = self.voters.voter(node_id)  # raises QuorumConfigError if this node is not a voter
         if settings.advertised_listeners:
@@ -368,7 +381,8 @@ class ControllerNode:
         # A busy port (or metrics port): one line naming the setting, before anything starts.
         check_bindable(LISTEN_SETTING, self.listen)
         if self.metrics_port > 0:
-            check_bindable(METRICS_SETTING, f"{METRICS_HOST}:{self.metrics_port}", str(self.metrics_port))
+            address = f"{self.metrics_host}:{self.metrics_port}"
+            check_bindable(METRICS_SETTING, address, str(self.metrics_port))
         await self.driver.start()
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.driver.add_to_server(self.server)
@@ -384,7 +398,9 @@ class ControllerNode:
         self.health = add_standard_services(self.server, SERVICE_NAMES)
         try:
             self.port = add_grpc_listener(self.server, LISTEN_SETTING, self.listen)
-            self.metrics = serve_metrics(controller_registry(self.driver, self.controller), self.metrics_port)
+            self.metrics = serve_metrics(
+                controller_registry(self.driver, self.controller), self.metrics_port, self.metrics_host
+            )
         except ListenerError:
             await self.driver.stop()
             await self.server.stop(None)
@@ -423,7 +439,8 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):  # before start(): a SIGTERM while starting stops cleanly
         loop.add_signal_handler(sig, stop.set)
     node = ControllerNode(
-        args.node_id, args.listen, args.voters, args.data_dir, settings, args.seed, args.metrics_port
+        args.node_id, args.listen, args.voters, args.data_dir, settings, args.seed, args.metrics_port,
+        args.metrics_host,
     )
     await node.start()
     if node.metrics is not None:

@@ -1,7 +1,8 @@
 """The ``/metrics`` HTTP endpoint every pykraft node serves for Prometheus (prometheus-client).
 
 Each node keeps its own ``CollectorRegistry`` (so several nodes in one test process do not share
-counters) and serves it on ``127.0.0.1`` with ``serve_metrics(registry, port)``:
+counters) and serves it with ``serve_metrics(registry, port, host)`` on ``host`` (``--metrics-host``:
+``127.0.0.1`` by default; ``0.0.0.0`` in a container, so that a Prometheus in the same network scrapes it):
 
 - ``port > 0``: that port;
 - ``port == PICK_FREE_PORT`` (0, the default of ``--metrics-port``): the OS picks a free port; the
@@ -28,6 +29,8 @@ METRICS_HOST = "127.0.0.1"
 PICK_FREE_PORT = 0
 METRICS_OFF = -1
 METRICS_SETTING = "--metrics-port"
+METRICS_HOST_SETTING = "--metrics-host"
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 @dataclass
@@ -36,25 +39,30 @@ class MetricsEndpoint:
 
     server: WSGIServer
     port: int
+    host: str = METRICS_HOST
 
     @property
     def url(self) -> str:
-        return f"http://{METRICS_HOST}:{self.port}/metrics"
+        """Where this machine reaches the endpoint (loopback when it listens on every address)."""
+        host = METRICS_HOST if self.host in WILDCARD_HOSTS else self.host
+        return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
 
-def serve_metrics(registry: CollectorRegistry, port: int) -> MetricsEndpoint | None:
-    """Serve ``registry`` on 127.0.0.1:``port`` (see the module docstring); None when ``METRICS_OFF``."""
+def serve_metrics(
+    registry: CollectorRegistry, port: int, host: str = METRICS_HOST
+) -> MetricsEndpoint | None:
+    """Serve ``registry`` on ``host``:``port`` (see the module docstring); None when ``METRICS_OFF``."""
     if port == METRICS_OFF:
         return None
     if port < METRICS_OFF or port > 65535:
         raise ValueError(f"metrics port {port}: must be 1..65535, {PICK_FREE_PORT} (pick a free port) "
                          f"or {METRICS_OFF} (off)")
     try:
-        server, _thread = start_http_server(port, addr=METRICS_HOST, registry=registry)
+        server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:  # one line naming the setting (proto.listeners), not a traceback
         raise listener_error(METRICS_SETTING, str(port), exc) from None
-    return MetricsEndpoint(server, server.server_port)
+    return MetricsEndpoint(server, server.server_port, host)

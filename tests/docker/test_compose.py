@@ -36,20 +36,12 @@ from proto.listeners import pick_ports
 from pykraft.admin import AdminClient
 from storage.record_batch import build_batch
 from tests import kafka_call as kafka
+from tests.docker.docker_env import BASE_IMAGE, BUILD_TIMEOUT_S, ROOT, _run
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-ROOT = Path(__file__).resolve().parents[2]
-ENGINE_SCRIPT = ROOT / "scripts" / "docker-engine.sh"
-BASE_IMAGE_SCRIPT = ROOT / "scripts" / "docker-base-image.sh"
-EXIT_CANNOT_START = 3  # both scripts: "no engine / no base image can be made here"
-IMAGE = "pykraft:local"
 SPARK_IMAGE = "pykraft-spark:local"
 SPARK_OPT_IN = "PYKRAFT_DOCKER_SPARK"  # =1: also run compose's spark service (+2 min build, ~1-2 min query)
-BASE_IMAGE = "pykraft-base:local"
-ENGINE_TIMEOUT_S = 900  # may apt-get install docker.io on a fresh machine
-BASE_IMAGE_TIMEOUT_S = 600  # debootstrap: 1-4 minutes
-BUILD_TIMEOUT_S = 900  # first build ~2-5 minutes (pip downloads wheels); cached: seconds
 COMPOSE_TIMEOUT_S = 240
 TOPIC = "compose-demo"
 KAFKA_TOPIC = "compose-kafka-clients"
@@ -69,23 +61,6 @@ BROKER_OVERRIDES = (
 )
 
 
-def _run(cmd: list[str], timeout_s: float, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=ROOT,
-        env={**os.environ, **env},
-        check=False,
-    )
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "(no output)"
-
-
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.2) -> object:
     """Poll ``condition`` until truthy (returned); after the deadline fail naming ``what``."""
     deadline = time.monotonic() + timeout_s
@@ -99,54 +74,6 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str, inter
             return value
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last error: {last_error})")
-
-
-# ---- engine and image ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def docker_host() -> Iterator[str]:
-    """A Docker engine's DOCKER_HOST, started by scripts/docker-engine.sh if none answers."""
-    was_running = _run([str(ENGINE_SCRIPT), "status"], 30).returncode == 0
-    started = time.monotonic()
-    result = _run([str(ENGINE_SCRIPT), "start"], ENGINE_TIMEOUT_S)
-    if result.returncode == EXIT_CANNOT_START:
-        pytest.skip(f"no Docker engine: {_last_line(result.stderr)}")
-    assert result.returncode == 0, f"docker-engine.sh start failed: {result.stderr[-2000:]}"
-    host = _last_line(result.stdout).removeprefix("DOCKER_HOST=")
-    print(f"docker engine {host} ready in {time.monotonic() - started:.1f} s (was running: {was_running})")
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host  # testcontainers and `docker compose` read it
-    try:
-        yield host
-    finally:
-        if previous is None:
-            os.environ.pop("DOCKER_HOST", None)
-        else:
-            os.environ["DOCKER_HOST"] = previous
-        if not was_running:  # our private engine: drop superseded image layers, then stop it
-            _run(["docker", "image", "prune", "--force"], 120, DOCKER_HOST=host)
-            stop = _run([str(ENGINE_SCRIPT), "stop"], 90)
-            assert stop.returncode == 0, f"docker-engine.sh stop failed: {stop.stderr[-1000:]}"
-
-
-@pytest.fixture(scope="module")
-def image(docker_host: str) -> str:
-    """pykraft:local built on the debootstrap base (both cached between runs on one machine)."""
-    started = time.monotonic()
-    base = _run([str(BASE_IMAGE_SCRIPT), BASE_IMAGE], BASE_IMAGE_TIMEOUT_S)
-    if base.returncode == EXIT_CANNOT_START:
-        pytest.skip(f"cannot make the base image: {_last_line(base.stderr)}")
-    assert base.returncode == 0, f"docker-base-image.sh failed: {base.stderr[-3000:]}"
-    built_base = time.monotonic()
-    build = _run(
-        ["docker", "build", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "--target", "runtime",
-         "-t", IMAGE, "."],
-        BUILD_TIMEOUT_S,
-    )  # fmt: skip
-    assert build.returncode == 0, f"docker build failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}"
-    print(f"base image {built_base - started:.1f} s, docker build {time.monotonic() - built_base:.1f} s")
-    return IMAGE
 
 
 # ---- the compose stack ----------------------------------------------------------------------------
