@@ -18,6 +18,7 @@ import pytest
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh"
 DATA = "/var/lib/pykraft/data"
+METRICS = ["--metrics-port", "9100", "--metrics-host", "0.0.0.0"]  # every node serves /metrics for Prometheus
 
 
 @pytest.fixture
@@ -49,6 +50,7 @@ CASES = [
             "1@c1:9093,2@c2:9093,3@c3:9093",
             "--data-dir",
             DATA,
+            *METRICS,
         ],
         id="controller-defaults",
     ),
@@ -71,6 +73,7 @@ CASES = [
             "2@c2:1",
             "--data-dir",
             "/d",
+            *METRICS,
             "--override",
             "num.partitions=3",
             "--override",
@@ -98,6 +101,7 @@ CASES = [
             "c1:9093,c2:9093",
             "--data-dir",
             DATA,
+            *METRICS,
             "--override",
             "min.insync.replicas=2",
             "--override",
@@ -118,8 +122,17 @@ CASES = [
             "c1:9093",
             "--data-dir",
             DATA,
+            *METRICS,
         ],
         id="broker-defaults",
+    ),
+    pytest.param(
+        ["broker"],
+        {"PYKRAFT_NODE_ID": "103", "PYKRAFT_CONTROLLERS": "c1:9093", "PYKRAFT_METRICS_PORT": "-1",
+         "PYKRAFT_METRICS_HOST": "10.0.0.5"},
+        ["broker", "--node-id", "103", "--listen", "0.0.0.0:9092", "--controllers", "c1:9093",
+         "--data-dir", DATA, "--metrics-port", "-1", "--metrics-host", "10.0.0.5"],
+        id="broker-metrics-settings",
     ),
     pytest.param(["pykraft", "topics", "list"], {}, ["topics", "list"], id="other-command-runs-as-given"),
 ]
