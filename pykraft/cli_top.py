@@ -28,9 +28,7 @@ def add_parser(actions: argparse._SubParsersAction, default_data_dir: Path) -> N
 
 
 def targets(cluster: LocalCluster) -> list[NodeTarget]:
-    return [NodeTarget(spec.role, spec.node_id,
-                       f"http://127.0.0.1:{spec.metrics_port}/metrics" if spec.metrics_port > 0 else "")
-            for spec in cluster.nodes]  # fmt: skip
+    return [NodeTarget(spec.role, spec.node_id, spec.metrics_url) for spec in cluster.nodes]
 
 
 def cluster_top(args: argparse.Namespace) -> int:
