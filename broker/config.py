@@ -82,6 +82,8 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "socket.request.max.bytes": ("socket_request_max_bytes", 1),
     "max.connections": ("max_connections", 1),
     "connections.max.idle.ms": ("connections_max_idle_ms", 1),
+    # pykraft's own: the rate limit of the refused-request log lines (broker.handlers.refusals).
+    "log.refused.requests.interval.ms": ("refused_requests_log_interval_ms", 1),
 }
 # Boolean broker settings: Kafka config name -> BrokerSettings field.
 BROKER_FLAGS: dict[str, str] = {
@@ -186,6 +188,7 @@ class BrokerSettings:
     max_connections: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
     sendfile_enable: bool = True
+    refused_requests_log_interval_ms: int = 60_000
 
     def topic_default(self, name: str) -> str | None:
         return dict(self.topic_defaults).get(name)

@@ -207,8 +207,7 @@ class KafkaConnection(asyncio.Protocol):
     def _handle(self, frame: bytes) -> None:
         try:
             outcome = self.listener.processor.process(frame, self.client)
-        except Exception as exc:  # a handler bug: this connection ends, the broker goes on
-            log.error("request from %s failed; closing the connection", self.client, exc_info=exc)
+        except Exception as exc:  # a handler bug (the processor logged it at ERROR): this connection ends
             self.close("request_failed", reason=f"{type(exc).__name__}: {exc}")
             return
         if outcome is NO_RESPONSE:
@@ -232,8 +231,7 @@ class KafkaConnection(asyncio.Protocol):
                 answer.close()
             return
         if future.cancelled() or future.exception() is not None:
-            exc = None if future.cancelled() else future.exception()
-            log.error("request from %s failed; closing the connection", self.client, exc_info=exc)
+            exc = None if future.cancelled() else future.exception()  # the processor logged it at ERROR
             self.close("request_failed", reason=repr(exc) if exc else "cancelled")
             return
         self._write_ready()

@@ -229,6 +229,7 @@ class BrokerNode:
         self.services = BrokerServices(
             config.node_id, self.manager, monotonic_ms, settings.request_timeout_ms, self.producer_ids,
             groups=self.groups, forward_admin=self.forward_admin, sendfile=settings.sendfile_enable,
+            refusal_log_interval_ms=settings.refused_requests_log_interval_ms,
             offsets_topic=OffsetsTopic(
                 self.groups, self.forward_admin, settings.offsets_topic_num_partitions,
                 settings.offsets_topic_replication_factor, settings.offsets_topic_segment_bytes,
@@ -350,6 +351,10 @@ class BrokerNode:
                     self.manager.log_manager.maybe_expire_producers,
                 ),
                 name="producer-expiry",
+            ),
+            asyncio.create_task(  # the refused-request lines' summary counts (broker.handlers.refusals)
+                self._every(self.services.refusals.flush_interval_s, self.services.refusals.flush),
+                name="refusal-log",
             ),
         ]
         if settings.log_cleaner_enable:  # compaction passes run in a worker thread (broker.log_cleaner)

@@ -92,3 +92,46 @@ def configure_logging(level: str, node_id: int, role: str) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+
+
+class RateLimiter:
+    """Which occurrences of a repeated log line to print: per key, the first of each window.
+
+    ``admit(key, now_ms)`` is None while ``key``'s window (``interval_ms`` from the occurrence that
+    opened it) runs: the caller counts it as suppressed and prints nothing. Otherwise it opens a new
+    window and returns how many occurrences the key's previous, ended window suppressed that were not
+    reported yet (usually 0): the caller prints that count, then the line. ``expired(now_ms)`` ends
+    every window older than ``interval_ms`` and returns ``(key, suppressed)`` for those that
+    suppressed anything, so a key that stops repeating still gets its count said once.
+
+    At most ``max_keys`` windows are kept (a limit on memory, whatever the clients do): a new key
+    beyond that is counted under ``OVERFLOW_KEY`` instead (one line for all of them per window).
+    Pure (the caller gives the time); not thread-safe.
+    """
+
+    OVERFLOW_KEY: tuple[str, ...] = ("*",)
+
+    def __init__(self, interval_ms: int, max_keys: int = 10_000) -> None:
+        assert interval_ms > 0 and max_keys > 0, (interval_ms, max_keys)
+        self.interval_ms = interval_ms
+        self.max_keys = max_keys
+        self._windows: dict[Any, list[int]] = {}  # key -> [window start ms, suppressed count]
+
+    def admit(self, key: Any, now_ms: int) -> int | None:
+        window = self._windows.get(key)
+        if window is None and len(self._windows) >= self.max_keys:
+            key = self.OVERFLOW_KEY
+            window = self._windows.get(key)
+        if window is not None and now_ms - window[0] < self.interval_ms:
+            window[1] += 1
+            return None
+        previous = 0 if window is None else window[1]
+        self._windows[key] = [now_ms, 0]
+        return previous
+
+    def expired(self, now_ms: int) -> list[tuple[Any, int]]:
+        ended = [key for key, (start, _) in self._windows.items() if now_ms - start >= self.interval_ms]
+        return [(key, count) for key in ended if (count := self._windows.pop(key)[1])]
+
+    def __len__(self) -> int:
+        return len(self._windows)

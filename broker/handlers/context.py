@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.fetch_session import FetchSessionCache
+from broker.handlers.refusals import DEFAULT_INTERVAL_MS, RefusalLog
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from proto.kafka.api import RequestHeader
@@ -48,6 +49,12 @@ class BrokerServices:
     )
     # kafka.sendfile.enable: Fetch answers carry records as file slices, sent with sendfile.
     sendfile: bool = True
+    # log.refused.requests.interval.ms: the refused-request lines' rate limit (broker.handlers.refusals).
+    refusal_log_interval_ms: dataclasses.InitVar[int] = DEFAULT_INTERVAL_MS
+    refusals: RefusalLog = dataclasses.field(init=False)
+
+    def __post_init__(self, refusal_log_interval_ms: int) -> None:
+        self.refusals = RefusalLog(self.clock_ms, refusal_log_interval_ms)
 
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]

@@ -18,6 +18,12 @@ and add it to ``HANDLER_MODULES`` below — that one line makes the processor di
 ApiVersions advertise them (the codec's ``SUPPORTED_VERSIONS`` range of each registered key). What a
 handler needs from the broker is a field of ``BrokerServices``.
 
+Logs: an answer that carries an error code is a refused request, logged at WARN per client and error
+with a rate limit (``broker.handlers.refusals``: the walk that finds the codes also feeds the per-API
+error counter, so it runs once per answer); a handler that raises — at once or in its awaitable — is
+logged at ERROR (``event=request_crashed``, with the traceback) and re-raised, and the listener closes
+that connection.
+
 Protocol errors (KIP-511 and Kafka's ``SocketServer``): an unknown API key closes the connection; an
 ApiVersions request of a version we do not serve gets UNSUPPORTED_VERSION in a v0 body listing
 ApiVersions' own range (the client retries with a version it finds there), socket open; any other
@@ -31,11 +37,12 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from typing import Any
 
 from broker.handlers import admin, api_versions, fetch, groups, metadata, offsets, produce, producer_id
 from broker.handlers.context import BrokerServices, Handler, RequestContext
+from broker.handlers.refusals import response_errors
 from broker.metrics import KafkaRequestMetrics
 from broker.network import NO_RESPONSE, Close, Outcome
 from proto.errors import ErrorCode
@@ -52,7 +59,7 @@ from proto.kafka.api import (
     parse_request,
 )
 from proto.kafka.codec import FrameParts, KafkaDecodeError
-from proto.logfmt import log_event
+from proto.logfmt import FIELDS_ATTR, log_event
 
 log = logging.getLogger(__name__)
 
@@ -83,24 +90,6 @@ def api_name(api_key: int) -> str:
 
 
 _API_NAMES = {int(key): api_name(key) for key in ApiKey}
-
-
-def error_names(response: Any) -> Iterator[str]:
-    """Kafka's name of every non-zero ``error_code`` in a response, top-level or nested."""
-    for name in getattr(response, "__slots__", ()):
-        value = getattr(response, name)
-        if name == "error_code":
-            if value:
-                try:
-                    yield ErrorCode(value).name
-                except ValueError:
-                    yield str(value)
-        elif isinstance(value, list):
-            for item in value:
-                if hasattr(item, "__slots__"):
-                    yield from error_names(item)
-        elif hasattr(value, "__slots__") and not isinstance(value, (bytes, memoryview)):
-            yield from error_names(value)
 
 
 class RequestProcessor:
@@ -137,32 +126,54 @@ class RequestProcessor:
         handler = self.handlers.get(header.api_key)
         if handler is None:  # not advertised, but a client may try it anyway
             return Close(f"{api_name(header.api_key)} is not served by this broker (see ApiVersions)")
-        result = handler(self.services, RequestContext(header, client, self.listener), request)
-        if result is NO_RESPONSE or isinstance(result, Close):
-            self._observe(header.api_key, start, len(frame), 0, None)
-            return result
-        if inspect.isawaitable(result):
-            return self._finish_later(header, result, start, len(frame))
-        return self._encode(header, result, start, len(frame))
+        context = RequestContext(header, client, self.listener)
+        try:
+            result = handler(self.services, context, request)
+            if result is NO_RESPONSE or isinstance(result, Close):
+                self._observe(context, start, len(frame), 0, None)
+                return result
+            if inspect.isawaitable(result):
+                return self._finish_later(context, result, start, len(frame))
+            return self._encode(context, result, start, len(frame))
+        except Exception as exc:  # a handler bug: the listener closes this connection, the broker goes on
+            self._crashed(context, exc)
+            raise
 
-    async def _finish_later(self, header: RequestHeader, pending: Awaitable[Any], start: float,
+    async def _finish_later(self, context: RequestContext, pending: Awaitable[Any], start: float,
                             size: int) -> bytearray | FrameParts:  # fmt: skip
-        return self._encode(header, await pending, start, size)
+        try:
+            return self._encode(context, await pending, start, size)
+        except Exception as exc:
+            self._crashed(context, exc)
+            raise
 
     def _encode(
-        self, header: RequestHeader, response: Any, start: float, size: int
+        self, context: RequestContext, response: Any, start: float, size: int
     ) -> bytearray | FrameParts:
         """The answer frame; ``FrameParts`` when its records are file slices (sent with sendfile)."""
-        data = encode_response_parts(header, response)
+        data = encode_response_parts(context.header, response)
         sent = data.size if isinstance(data, FrameParts) else len(data)
-        self._observe(header.api_key, start, size, sent, response)
+        self._observe(context, start, size, sent, response)
         return data
 
-    def _observe(self, api_key: int, start: float, size: int, sent: int, response: Any) -> None:
-        api = _API_NAMES.get(api_key, str(api_key))
+    def _observe(self, context: RequestContext, start: float, size: int, sent: int, response: Any) -> None:
+        api = _API_NAMES.get(context.header.api_key) or str(context.header.api_key)
         self.metrics.observe_request(api, time.perf_counter() - start, size + SIZE_PREFIX_BYTES, sent)
         if response is not None:
-            self.metrics.observe_errors(api, error_names(response))
+            errors = response_errors(response)
+            if errors:
+                self.metrics.observe_errors(api, [e.name for e in errors])
+                self.services.refusals.observe(context, api, errors)
+
+    @staticmethod
+    def _crashed(context: RequestContext, exc: Exception) -> None:
+        h = context.header
+        log.error(
+            "request_crashed", exc_info=exc,
+            extra={FIELDS_ATTR: {"client": context.client, "client_id": h.client_id or "",
+                                 "api": api_name(h.api_key), "version": h.api_version,
+                                 "correlation_id": h.correlation_id}},
+        )  # fmt: skip
 
     def _unsupported_version(self, header: RequestHeader) -> Outcome:
         name = api_name(header.api_key)

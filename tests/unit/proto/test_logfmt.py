@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from proto.logfmt import LogfmtFormatter, log_event, quote
+from proto.logfmt import LogfmtFormatter, RateLimiter, log_event, quote
 
 
 def render(level: int, msg: str, fields: dict | None = None, exc: BaseException | None = None) -> str:
@@ -74,3 +74,43 @@ def test_fields_named_like_fixed_keys_are_renamed(caplog: pytest.LogCaptureFixtu
         log_event(logging.getLogger("x"), logging.INFO, "register_retry", error="no controller", node=7)
     fields = parse(LogfmtFormatter(101, "broker").format(caplog.records[-1]))
     assert (fields["node"], fields["node_"], fields["error_"]) == ("101", "7", "no controller")
+
+
+# RateLimiter: per key, the first occurrence of each window is printed, the rest counted and said once.
+# Each step: (key, now_ms) -> what admit returns (None = suppressed; a number = print, after saying
+# that many suppressed from the key's ended window).
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [("a", 0, 0), ("a", 1, None), ("a", 999, None), ("a", 1000, 2), ("a", 1001, None)],
+        [("a", 0, 0), ("b", 10, 0), ("a", 20, None), ("b", 30, None)],
+        [("a", 0, 0), ("a", 5000, 0), ("a", 5999, None)],
+    ],
+    ids=["window-then-count", "keys-are-independent", "nothing-suppressed-nothing-said"],
+)
+def test_rate_limiter_admits_the_first_of_each_window(steps: list[tuple[str, int, int | None]]) -> None:
+    limiter = RateLimiter(interval_ms=1000)
+    assert [limiter.admit(key, now) for key, now, _ in steps] == [want for _, _, want in steps]
+
+
+def test_rate_limiter_expired_says_each_count_once_and_forgets_ended_windows() -> None:
+    limiter = RateLimiter(interval_ms=1000)
+    for key, now in [("a", 0), ("a", 1), ("a", 2), ("b", 500), ("c", 600), ("c", 700)]:
+        limiter.admit(key, now)
+    assert limiter.expired(999) == []
+    assert limiter.expired(1000) == [("a", 2)]  # only the ended window, only with a count
+    assert limiter.expired(1600) == [("c", 1)]  # b ended with nothing suppressed: no line
+    assert len(limiter) == 0 and limiter.expired(5000) == []
+    assert limiter.admit("a", 5000) == 0  # the count was said by expired, not again here
+
+
+def test_rate_limiter_keeps_at_most_max_keys_and_counts_the_rest_together() -> None:
+    limiter = RateLimiter(interval_ms=1000, max_keys=2)
+    assert [limiter.admit(k, 0) for k in ("a", "b", "c", "d", "e")] == [0, 0, 0, None, None]
+    assert len(limiter) == 3  # a, b and the overflow window
+    assert sorted(limiter.expired(1000)) == [(RateLimiter.OVERFLOW_KEY, 2)]
+
+
+def test_rate_limiter_refuses_a_zero_interval() -> None:
+    with pytest.raises(AssertionError):
+        RateLimiter(interval_ms=0)
