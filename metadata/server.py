@@ -157,6 +157,7 @@ BROKER_KEYS = frozenset(
         "socket.request.max.bytes",
         "max.connections",
         "connections.max.idle.ms",
+        "log.refused.requests.interval.ms",
         "min.insync.replicas",
         "max.message.bytes",
         "segment.bytes",

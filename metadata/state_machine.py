@@ -9,6 +9,11 @@ that were committed, so that FetchMetadata can stream them to brokers without re
 covers every entry after ``tail_start_offset``: a reader asking from an older offset gets a snapshot
 of the image first. Raft's own no-op entries never reach ``apply``, so offsets have gaps.
 
+The entries this node proposed as the active controller (``expect``) are replayed from the records it
+generated, and their events (``metadata.events``: topic created, leader elected, broker fenced, ...)
+are logged here once they commit, under the logger ``metadata.events``: once per change, by the
+controller that decided it (standbys and a replay at start-up log none).
+
 ``on_cluster_id`` (when given) is called once the image has a cluster id, and again if a restored
 snapshot carries another one: the controller process records it in its data directory's
 ``meta.properties`` and refuses a log of another cluster (``proto.meta_properties``).
@@ -26,10 +31,13 @@ from collections import deque
 from collections.abc import Callable
 
 from metadata.controller import QuorumController
+from metadata.events import batch_events, is_warning
 from metadata.image import MetadataImage
 from metadata.records import Record, decode_batch
+from proto.logfmt import log_event
 
 log = logging.getLogger(__name__)
+events_log = logging.getLogger("metadata.events")
 
 DEFAULT_MAX_TAIL_ENTRIES = 20_000
 
@@ -59,12 +67,17 @@ class MetadataStateMachine:
 
     def apply(self, index: int, data: bytes) -> None:
         own = self._own
+        events: list = []
         if own is not None and (own[0] is data or own[0] == data):
             records = own[1]
             self._own = None
+            events = batch_events(self.controller.image, records, index)  # read before the replay
         else:
             records = decode_batch(data)
         self.controller.replay(records, index)
+        for event in events:
+            level = logging.WARNING if is_warning(event) else logging.INFO
+            log_event(events_log, level, event[0], **event[1])
         self._maybe_report_cluster_id()
         self.tail.append((index, data))
         while len(self.tail) > self.max_tail_entries:
@@ -76,7 +89,7 @@ class MetadataStateMachine:
 
     def restore(self, data: bytes) -> None:
         image = MetadataImage.from_snapshot(data)
-        log.info("restored the metadata image from a snapshot at offset %d", image.offset)
+        log_event(log, logging.INFO, "snapshot_restored", offset=image.offset, cluster_id=image.cluster_id)
         self.controller.image = image
         self._maybe_report_cluster_id()
         self.tail.clear()
