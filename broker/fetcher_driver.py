@@ -143,8 +143,8 @@ class FetcherDriver:
                 await self._step()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a bug must not silently stop replication: log it and back off
-                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+            except Exception as exc:  # a bug must not silently stop replication: log it and back off
+                log_event(log, logging.ERROR, "fetcher_crashed", exc_info=exc, leader=self.leader_id)
                 self._drop_connection()
                 await asyncio.sleep(self.fetcher.config.fetch_backoff_ms / 1000)
 
@@ -156,12 +156,12 @@ class FetcherDriver:
         try:
             answers = await self._fetch(plan)
         except FETCH_FAILURES as exc:
-            log.info("fetch from leader %d failed: %s", self.leader_id, _describe(exc))
+            log_event(log, logging.INFO, "fetch_failed", leader=self.leader_id, reason=_describe(exc))
             self._drop_connection()
             self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
             return
         if answers is None:  # no address yet
-            log.info("no address for leader %d yet; backing off", self.leader_id)
+            log_event(log, logging.INFO, "leader_address_unknown", leader=self.leader_id)
             self.fetcher.handle_request_failure(plan.request_id, monotonic_ms())
             return
         actions = self.fetcher.handle_response(
@@ -174,9 +174,8 @@ class FetcherDriver:
                 self.manager.apply_fetch_action(action)
             except errors.KafkaError as exc:
                 failed = True
-                log.warning(
-                    "%s-%d: cannot apply the leader's answer (refetching after a back-off): %s", *tp, exc
-                )
+                log_event(log, logging.WARNING, "fetch_answer_not_applied", topic=tp[0], partition=tp[1],
+                          reason=exc)  # fmt: skip
             position = self.manager.log_position(tp)
             if position is not None:
                 self.fetcher.update_position(tp, *position)
@@ -218,9 +217,7 @@ class FetcherDriver:
         code = ErrorCode(response.error_code)
         if not self.session.handle_response(code, response.session_id):
             if code in SESSION_ERRORS or code == ErrorCode.NONE:
-                log.info(
-                    "fetch session with leader %d reset (%s): fetching in full", self.leader_id, code.name
-                )
+                log_event(log, logging.INFO, "fetch_session_reset", leader=self.leader_id, code=code.name)
                 return {}
             raise FetchAnswerError(f"the leader answered {code.name}")
         answers = self._answers(response)

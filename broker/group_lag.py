@@ -21,6 +21,7 @@ from broker.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.replica_manager import ReplicaManager
 from metadata.records import NO_LEADER
 from proto.kafka import messages as m
+from proto.logfmt import log_event
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class RemoteHighWatermarks:
             try:
                 await self.refresh()
             except Exception as exc:  # the gauges lose lag for a round; the broker goes on
-                log.warning("refreshing consumer-lag high watermarks failed: %r", exc)
+                log_event(log, logging.WARNING, "group_lag_refresh_failed", exc_info=exc)
 
     def wanted(self) -> dict[int, set[TP]]:
         """Leader broker -> the committed partitions not hosted here that it leads."""
@@ -110,7 +111,7 @@ class RemoteHighWatermarks:
                 connection = await self._connection(address)
                 response = await connection.request(request, LIST_OFFSETS_VERSION, self.timeout_s)
             except (KafkaConnectionError, TimeoutError) as exc:
-                log.info("ListOffsets to broker %d for consumer lag: %s", leader, exc)
+                log_event(log, logging.INFO, "group_lag_list_offsets_failed", broker=leader, reason=exc)
                 continue
             for topic in response.topics:
                 for p in topic.partitions:

@@ -44,6 +44,7 @@ from metadata.image import MetadataImage
 from metadata.records import NO_LEADER
 from proto import admin_pb2
 from proto.errors import ErrorCode
+from proto.logfmt import log_event
 from storage.log import wall_clock_ms
 from storage.log_validator import AppendOrigin
 
@@ -113,7 +114,7 @@ class GroupDriver:
         try:
             batch = encode_batch(append.records, self.now_ms())
         except Exception as exc:  # a record the codec refuses: fail the request, keep the broker
-            log.exception("cannot encode __consumer_offsets records")
+            log_event(log, logging.ERROR, "offsets_encode_failed", exc_info=exc, partition=append.partition)
             self.dispatch(
                 self.core.complete_append(
                     append.append_id, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), self.now_ms()
@@ -165,7 +166,7 @@ class GroupDriver:
         gone = frozenset(name for name, topic_id in self._topic_ids.items() if ids.get(name) != topic_id)
         self._topic_ids = dict(ids)
         if gone:
-            log.info("deleted topics %s: removing their committed offsets", sorted(gone))
+            log_event(log, logging.INFO, "offsets_of_deleted_topics_removed", topics=sorted(gone))
             self.dispatch(self.core.handle_deleted_topics(gone, self.now_ms()))
 
     # ---- leadership of __consumer_offsets partitions ----------------------------------------------
@@ -189,7 +190,7 @@ class GroupDriver:
         elif partition in self.core.loaded | self.core.loading:
             self._load_tokens.pop(partition, None)
             self.dispatch(self.core.unload(partition))
-            log.info("__consumer_offsets-%d: unloaded its groups (leadership moved)", partition)
+            log_event(log, logging.INFO, "groups_unloaded", topic=OFFSETS_TOPIC, partition=partition)
 
     async def _load(self, partition: int, token: object, leader_epoch: int) -> None:
         """Replay the partition's log into the core; an I/O failure is logged and the load retried
@@ -197,13 +198,9 @@ class GroupDriver:
         while self._load_tokens.get(partition) is token:
             try:
                 loaded = await self._replay_log(partition, token)
-            except Exception:
-                log.exception(
-                    "%s-%d: loading the groups failed; retrying in %.1f s",
-                    OFFSETS_TOPIC,
-                    partition,
-                    LOAD_RETRY_S,
-                )
+            except Exception as exc:
+                log_event(log, logging.ERROR, "groups_load_failed", exc_info=exc, topic=OFFSETS_TOPIC,
+                          partition=partition, retry_s=LOAD_RETRY_S)  # fmt: skip
                 await asyncio.sleep(LOAD_RETRY_S)
                 count = self.partition_count()
                 if self._load_tokens.get(partition) is token and count is not None:
@@ -213,13 +210,8 @@ class GroupDriver:
                 return
             self.core.complete_loading(partition, self.now_ms())
             self._reschedule()
-            log.info(
-                "%s-%d: loaded %d records up to offset %d (leader epoch %d)",
-                OFFSETS_TOPIC,
-                partition,
-                *loaded,
-                leader_epoch,
-            )
+            log_event(log, logging.INFO, "groups_loaded", topic=OFFSETS_TOPIC, partition=partition,
+                      records=loaded[0], end_offset=loaded[1], leader_epoch=leader_epoch)  # fmt: skip
             return
 
     async def _replay_log(self, partition: int, token: object) -> tuple[int, int] | None:
@@ -247,13 +239,8 @@ class GroupDriver:
                     self.core.replay(partition, decode_record(key, value))
                     records += 1
                 except CorruptOffsetsRecordError as exc:  # Kafka fails the load; we report and go on
-                    log.error(
-                        "%s-%d: a record before offset %d does not decode (%s); skipped",
-                        OFFSETS_TOPIC,
-                        partition,
-                        next_offset,
-                        exc,
-                    )
+                    log_event(log, logging.ERROR, "offsets_record_skipped", topic=OFFSETS_TOPIC,
+                              partition=partition, before_offset=next_offset, reason=exc)  # fmt: skip
 
     async def stop(self) -> None:
         if self._timer is not None:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from proto import errors
+from proto.logfmt import log_event
 from storage import cleaner
 from storage.log import Log
 
@@ -58,7 +59,8 @@ class LogCleanerDriver:
             try:
                 plan = plog.plan_cleaning()
             except OSError as exc:  # e.g. out of file descriptors
-                log.warning("%s-%d: cannot plan log cleaning, will retry: %s", *tp, exc)
+                log_event(log, logging.WARNING, "log_cleaning_plan_failed", topic=tp[0], partition=tp[1],
+                          reason=exc)  # fmt: skip
                 continue
             if plan is not None and await self._clean(tp, plog, plan):
                 swapped += 1
@@ -71,19 +73,21 @@ class LogCleanerDriver:
             result = await loop.run_in_executor(self._executor, cleaner.clean, plan)
         except (OSError, errors.KafkaError) as exc:  # the worker removed its files
             plog.abort_cleaning(plan)
-            log.warning("%s-%d: log cleaning failed, will retry: %s", *tp, exc)
+            log_event(log, logging.WARNING, "log_cleaning_failed", topic=tp[0], partition=tp[1], reason=exc)
             return False
         if not plog.finish_cleaning(result):
-            log.info("%s-%d: log changed while it was cleaned; discarded the pass", *tp)
+            log_event(log, logging.INFO, "log_cleaning_discarded", topic=tp[0], partition=tp[1],
+                      reason="the log changed while it was cleaned")  # fmt: skip
             return False
         try:  # fsync the renames, free the replaced files: off the loop too
             await loop.run_in_executor(self._executor, cleaner.finalize, plog.directory, result.end_offset)
         except OSError as exc:  # e.g. the partition was deleted meanwhile; the next start finishes it
-            log.warning("%s-%d: finishing the cleaner's swap failed: %s", *tp, exc)
+            log_event(log, logging.WARNING, "log_cleaning_finish_failed", topic=tp[0], partition=tp[1],
+                      reason=exc)  # fmt: skip
         self.passes += 1
-        log.info(
-            "%s-%d: cleaned up to offset %d: %d -> %d bytes, %d records removed, %.0f ms", *tp,
-            result.end_offset, result.bytes_before, result.bytes_after, result.records_removed,
-            (time.monotonic() - started) * 1000,
+        log_event(
+            log, logging.INFO, "log_cleaned", topic=tp[0], partition=tp[1], end_offset=result.end_offset,
+            bytes_before=result.bytes_before, bytes_after=result.bytes_after,
+            records_removed=result.records_removed, duration_ms=round((time.monotonic() - started) * 1000),
         )  # fmt: skip
         return True

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from metadata.image import MetadataImage
 from proto import errors
+from proto.logfmt import log_event
 from storage.config import LogConfig
 from storage.log import Log
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
@@ -113,7 +114,8 @@ class LogManager:
         try:
             return max(1, int(value)) if value is not None else 1
         except ValueError:
-            log.warning("topic %s: min.insync.replicas=%r is not an integer; using 1", topic, value)
+            log_event(log, logging.WARNING, "bad_topic_config", topic=topic, config="min.insync.replicas",
+                      value=value, reason="not an integer; using 1")  # fmt: skip
             return 1
 
     def log_config(self, topic: str) -> LogConfig:
@@ -128,7 +130,8 @@ class LogManager:
         try:
             return LogConfig.from_properties(properties)
         except errors.KafkaError as exc:
-            log.warning("topic %s: bad log config (%s); using the defaults", topic, exc)
+            log_event(log, logging.WARNING, "bad_topic_config", topic=topic,
+                      reason=f"{exc}; using the defaults")  # fmt: skip
             return LogConfig()
 
     # ---- periodic duties ------------------------------------------------------------------------
@@ -151,8 +154,8 @@ class LogManager:
             count = plog.delete_old_segments()
             if count:
                 deleted[tp] = count
-                log.info("%s-%d: retention deleted %d segments; log start offset %d", *tp, count,
-                         plog.log_start_offset)  # fmt: skip
+                log_event(log, logging.INFO, "retention_deleted", topic=tp[0], partition=tp[1],
+                          segments=count, log_start_offset=plog.log_start_offset)  # fmt: skip
         return deleted
 
     def maybe_expire_producers(self) -> None:
@@ -164,4 +167,5 @@ class LogManager:
         for tp, plog in self.logs.items():
             expired = plog.producer_state.remove_expired(now_ms)
             if expired:
-                log.info("%s-%d: expired idle producers %s", *tp, expired)
+                log_event(log, logging.INFO, "producers_expired", topic=tp[0], partition=tp[1],
+                          producer_ids=expired)  # fmt: skip

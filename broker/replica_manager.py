@@ -160,6 +160,7 @@ from broker.purgatory import (
 from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from proto import errors
 from proto.errors import ErrorCode
+from proto.logfmt import log_event
 from storage.batch_header import HEADER_SIZE, CorruptRecordError, iter_batches
 from storage.compression import CompressionType
 from storage.file_slice import Records
@@ -377,7 +378,8 @@ class ReplicaManager:
         )  # fmt: skip
         if is_new:
             self.fetchers.remove_partition(tp)
-            log.info("%s-%d: leader in epoch %d, ISR %s", *tp, reg.leader_epoch, list(reg.isr))
+            log_event(log, logging.INFO, "become_leader", topic=tp[0], partition=tp[1],
+                      leader_epoch=reg.leader_epoch, isr=reg.isr)  # fmt: skip
             self._partition_changed(tp)
             self._notify_role(tp, True, reg.leader_epoch)
         if partition.maybe_increment_high_watermark() is not None:
@@ -390,7 +392,8 @@ class ReplicaManager:
         )  # fmt: skip
         if not is_new:
             return
-        log.info("%s-%d: follower of %d in epoch %d", *tp, reg.leader, reg.leader_epoch)
+        log_event(log, logging.INFO, "become_follower", topic=tp[0], partition=tp[1], leader=reg.leader,
+                  leader_epoch=reg.leader_epoch)  # fmt: skip
         self._partition_changed(tp)
         self._notify_role(tp, False, reg.leader_epoch)
         self.fetchers.remove_partition(tp)
@@ -412,7 +415,7 @@ class ReplicaManager:
         self._partition_changed(tp)
         self._notify_role(tp, False, NO_EPOCH)
         self.log_manager.remove_log(tp, delete)
-        log.info("%s-%d: replica stopped%s", *tp, " and deleted" if delete else "")
+        log_event(log, logging.INFO, "replica_stopped", topic=tp[0], partition=tp[1], deleted=delete)
 
     def _open(self, tp: TP) -> tuple[Partition, Log]:
         partition = self.partitions.get(tp)
@@ -602,7 +605,8 @@ class ReplicaManager:
         """A retried batch already in the log: the original's offsets; acks=all waits for its HW."""
         plog = self.logs[tp]
         plog.producer_state.touch(producer_id, self.clock_ms())
-        log.debug("%s-%d: duplicate batch of producer %d at %d", *tp, producer_id, verdict.first_offset)
+        log_event(log, logging.DEBUG, "duplicate_batch", topic=tp[0], partition=tp[1],
+                  producer_id=producer_id, offset=verdict.first_offset)  # fmt: skip
         result = ProduceResult(
             ErrorCode.NONE, "", verdict.first_offset, NO_TIMESTAMP, plog.log_start_offset,
             partition.leader_id, partition.leader_epoch,
@@ -780,7 +784,8 @@ class ReplicaManager:
         plog = self.logs[tp]
         if plog.maybe_increment_log_start_offset(target):
             partition.on_log_start_offset(plog.log_start_offset)
-            log.info("%s-%d: DeleteRecords moved the log start offset to %d", *tp, plog.log_start_offset)
+            log_event(log, logging.INFO, "records_deleted", topic=tp[0], partition=tp[1],
+                      log_start_offset=plog.log_start_offset)  # fmt: skip
         return ListOffsetResult(ErrorCode.NONE, offset=plog.log_start_offset)
 
     def producer_entries(self, tp: TP) -> tuple[PartitionError | None, list[ProducerEntry]]:
@@ -906,8 +911,8 @@ class ReplicaManager:
         for tp, partition in self.partitions.items():
             proposal = partition.maybe_shrink_isr(now_ms)
             if proposal is not None:
-                log.info("%s-%d: proposing ISR %s (lagging: %s)", *tp, list(proposal.new_isr),
-                         partition.out_of_sync_replicas(now_ms))  # fmt: skip
+                log_event(log, logging.INFO, "isr_change_proposed", topic=tp[0], partition=tp[1],
+                          isr=proposal.new_isr, lagging=partition.out_of_sync_replicas(now_ms))  # fmt: skip
                 self.send_alter_partition(self.topic_ids[tp[0]], proposal)
 
     def pending_proposal(self, tp: TP) -> AlterPartitionProposal | None:
@@ -956,17 +961,19 @@ class ReplicaManager:
             self._append_as_follower(tp, partition, plog, action)
         elif isinstance(action, TruncateTo):
             if plog.truncate_to(action.offset):  # the log rebuilds its producer state
-                log.info("%s-%d: truncated to %d (%s)", *tp, plog.log_end_offset, action.reason)
+                log_event(log, logging.INFO, "log_truncated", topic=tp[0], partition=tp[1],
+                          log_end_offset=plog.log_end_offset, reason=action.reason)  # fmt: skip
             if plog.log_start_offset != partition.log_start_offset:
                 partition.on_local_truncate_fully(plog.log_start_offset)
             else:
                 partition.on_local_truncate(plog.log_end_offset)
         elif isinstance(action, TruncateFullyAndStartAt):
-            log.info("%s-%d: behind the leader's log start; restarting empty at %d", *tp, action.offset)
+            log_event(log, logging.INFO, "log_restarted", topic=tp[0], partition=tp[1], offset=action.offset,
+                      reason="behind the leader's log start")  # fmt: skip
             plog.truncate_fully_and_start_at(action.offset)
             partition.on_local_truncate_fully(action.offset)
         elif isinstance(action, (Fenced, BackedOff)):
-            log.debug("%s-%d: fetch %s", *tp, action)
+            log_event(log, logging.DEBUG, "fetch_state", topic=tp[0], partition=tp[1], action=action)
         plog.update_high_watermark(partition.high_watermark)
 
     def _append_as_follower(self, tp: TP, partition: Partition, plog: Log, action: AppendRecords) -> None:

@@ -368,7 +368,8 @@ class BrokerNode:
         half-alive (e.g. serving a metadata image it no longer updates). Stop loudly instead."""
         if task.cancelled() or task.exception() is None:
             return
-        log.critical("broker task %s failed; stopping", task.get_name(), exc_info=task.exception())
+        log_event(log, logging.CRITICAL, "task_failed", exc_info=task.exception(), task=task.get_name(),
+                  action="stopping")  # fmt: skip
         self.failed.set()
 
     async def register(self) -> None:
@@ -416,7 +417,7 @@ class BrokerNode:
         try:
             await asyncio.wait_for(self.shutdown_complete.wait(), timeout_s)
         except TimeoutError:
-            log.warning("controlled shutdown did not finish within %.1f s; stopping anyway", timeout_s)
+            log_event(log, logging.WARNING, "controlled_shutdown_timed_out", timeout_s=timeout_s)
 
     async def stop(self) -> None:
         await self._close_kafka_listeners()  # before the logs close: no handler may touch them after
@@ -449,7 +450,7 @@ class BrokerNode:
                 async for response in stub_class(self.controllers.channel()).FetchMetadata(request):
                     self._apply_metadata(response)
             except grpc.aio.AioRpcError as exc:
-                log.info("metadata stream ended: %s; switching controller", exc.code().name)
+                log_event(log, logging.INFO, "metadata_stream_ended", code=exc.code().name)
             self.controllers.rotate()
             await asyncio.sleep(RETRY_BACKOFF_S)
 
@@ -466,7 +467,7 @@ class BrokerNode:
                 self.image.apply_batch(records, entry.offset)
                 config_changed = config_changed or any(isinstance(r, ConfigRecord) for r in records)
         except (MetadataReplayError, CorruptMetadataError) as exc:
-            log.critical("the metadata log does not apply: %s; stopping", exc)
+            log_event(log, logging.CRITICAL, "metadata_replay_failed", reason=exc, action="stopping")
             sys.exit(EXIT_FAILED)
         if self.image.cluster_id and self.image.cluster_id != self.cluster_id:
             self._record_cluster_id(self.image.cluster_id)
@@ -477,7 +478,7 @@ class BrokerNode:
         try:
             record_cluster_id(self.config.data_dir, self.config.node_id, cluster_id)
         except (InconsistentClusterIdError, MetaPropertiesError, OSError) as exc:
-            log.critical("%s; stopping", exc)
+            log_event(log, logging.CRITICAL, "cluster_id_not_recorded", reason=exc, action="stopping")
             print(f"pykraft broker: error: {exc}", file=sys.stderr, flush=True)
             sys.exit(EXIT_USAGE)
         self.cluster_id = cluster_id
@@ -508,7 +509,7 @@ class BrokerNode:
                     controller_pb2_grpc.ControllerServiceStub, "BrokerHeartbeat", request, heartbeat_timeout_s
                 )
             except ControllerUnavailableError as exc:
-                log.info("heartbeat: %s", exc)
+                log_event(log, logging.INFO, "heartbeat_failed", reason=exc)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             await self._handle_heartbeat(response)
@@ -520,12 +521,14 @@ class BrokerNode:
     async def _handle_heartbeat(self, response: controller_pb2.BrokerHeartbeatResponse) -> None:
         code = response.error.code
         if code in REREGISTER_CODES:
-            log.warning("heartbeat refused (%s); registering again", ErrorCode(code).name)
+            log_event(log, logging.WARNING, "heartbeat_refused", code=ErrorCode(code).name,
+                      action="registering again")  # fmt: skip
             self._roles_started = False
             await self.register()
             return
         if code != ErrorCode.NONE:
-            log.info("heartbeat error %s %s", ErrorCode(code).name, response.error.message)
+            log_event(log, logging.INFO, "heartbeat_error", code=ErrorCode(code).name,
+                      message=response.error.message)  # fmt: skip
             return
         if self.shutting_down:
             if response.should_shut_down and not self.manager.led_partitions():
@@ -645,13 +648,15 @@ class BrokerNode:
             await asyncio.sleep(interval_s)
             try:
                 action()
-            except Exception:
-                log.exception("periodic %s failed", getattr(action, "__name__", action))
+            except Exception as exc:
+                log_event(log, logging.ERROR, "periodic_task_failed", exc_info=exc,
+                          task=getattr(action, "__name__", repr(action)))  # fmt: skip
 
 
 def _log_failure(task: asyncio.Future) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.error("background task failed: %r", task.exception())
+        name = task.get_name() if isinstance(task, asyncio.Task) else repr(task)
+        log_event(log, logging.ERROR, "background_task_failed", exc_info=task.exception(), task=name)
 
 
 async def serve(config: BrokerConfig) -> None:

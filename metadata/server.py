@@ -373,7 +373,8 @@ class ControllerNode:
                 raise mismatch(self.data_dir, self.cluster_id, cluster_id, "the metadata log's cluster id")
             record_cluster_id(self.data_dir, self.node_id, cluster_id)
         except (InconsistentClusterIdError, MetaPropertiesError, OSError) as exc:
-            log.critical("%s; stopping", exc)
+            log_event(log, logging.CRITICAL, "cluster_id_not_recorded", reason=exc,
+                      action="stopping")  # fmt: skip
             print(f"pykraft controller: error: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_USAGE) from exc
         self.cluster_id = cluster_id

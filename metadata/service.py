@@ -37,6 +37,7 @@ from metadata.controller import ControllerResult, QuorumController
 from metadata.records import encode_batch
 from metadata.state_machine import MetadataStateMachine
 from proto import common_pb2, errors
+from proto.logfmt import log_event
 from raft.config import QuorumConfig
 from raft.driver import NotLeaderError, RaftDriver
 from raft.messages import NO_NODE
@@ -74,7 +75,7 @@ class ActiveController:
             self.controller.activate(now_ms())
             await self._maybe_write_cluster_id()
             self._active_term = term
-            log.info("node %d is the active controller in term %d", self.driver.node_id, term)
+            log_event(log, logging.INFO, "controller_activated", term=term)
 
     async def _maybe_write_cluster_id(self) -> None:
         """The first active controller of a cluster writes its id, once (Kafka's format step)."""
@@ -84,8 +85,7 @@ class ActiveController:
         if result.records:
             data = encode_batch(result.records)
             self.state_machine.expect(data, result.records)
-            offset = await self.driver.propose(data)
-            log.info("wrote cluster id %s at offset %d", self.controller.image.cluster_id, offset)
+            await self.driver.propose(data)  # its cluster_id_written event is logged as it commits
 
     async def write(self, generate: Callable[[int], ControllerResult[Any]]) -> tuple[Any, int | None]:
         """``(response, offset)``: offset of the committed entry, None when there were no records."""
@@ -104,11 +104,10 @@ class ActiveController:
                 self._active_term = None  # outcome unknown: barrier again before the next decision
                 raise
             if len(result.records) >= LARGE_DECISION_RECORDS:
-                log.info(
-                    "decision of %d records (%d bytes) at offset %d: generated in %.0f ms, committed and "
-                    "replayed in %.0f ms",
-                    len(result.records), len(data), offset, (generated - started) * 1000,
-                    (time.perf_counter() - generated) * 1000,
+                log_event(
+                    log, logging.INFO, "large_decision", records=len(result.records), bytes=len(data),
+                    offset=offset, generate_ms=round((generated - started) * 1000),
+                    commit_ms=round((time.perf_counter() - generated) * 1000),
                 )  # fmt: skip
             return result.response, offset
 
@@ -211,11 +210,8 @@ async def fence_loop(active: ActiveController, interval_s: float) -> None:
         except NotLeaderError:
             continue  # leadership moved between the check and the write; the new leader fences
         except errors.KafkaError as exc:
-            log.warning("fencing check failed: %s", exc)
+            log_event(log, logging.WARNING, "fence_check_failed", reason=exc)
             continue
         if fenced:
-            log.info(
-                "fenced brokers %s: no heartbeat within %d ms",
-                fenced,
-                controller.config.broker_session_timeout_ms,
-            )
+            log_event(log, logging.WARNING, "broker_session_expired", brokers=fenced,
+                      session_timeout_ms=controller.config.broker_session_timeout_ms)  # fmt: skip

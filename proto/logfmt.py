@@ -74,13 +74,16 @@ def _compact(value: object) -> object:
     return value
 
 
-def log_event(logger: logging.Logger, level: int, event: str, **fields: object) -> None:
-    """Log the named ``event`` with ``fields`` (rendered ``key=value`` after ``event=``)."""
+def log_event(
+    logger: logging.Logger, level: int, event: str, exc_info: BaseException | None = None, **fields: object
+) -> None:
+    """Log the named ``event`` with ``fields`` (rendered ``key=value`` after ``event=``); ``exc_info``
+    adds ``error=`` (and, at ERROR and above, ``traceback=``)."""
     if logger.isEnabledFor(level):
         # A field named like a fixed one (node, error, ...) is renamed, never dropped; logging must not
         # fail the caller.
         safe = {(f"{k}_" if k in _RESERVED else k): v for k, v in fields.items()}
-        logger.log(level, event, extra={FIELDS_ATTR: safe})
+        logger.log(level, event, exc_info=exc_info, extra={FIELDS_ATTR: safe})
 
 
 def configure_logging(level: str, node_id: int, role: str) -> None:

@@ -63,6 +63,7 @@ from typing import Any, Protocol
 import grpc
 
 from proto import errors, raft_pb2_grpc
+from proto.logfmt import log_event
 from raft.config import QuorumConfig
 from raft.core import RaftConfig, RaftNode, Role
 from raft.messages import (
@@ -220,10 +221,8 @@ class RaftDriver:
         self._transport = Transport(cfg.node_id, peers, self._deliver_response, cfg.rpc_timeout_s)
         self._transport.start()
         self._task = asyncio.create_task(self._run(), name=f"raft-driver-{cfg.node_id}")
-        log.info(
-            "raft node %d: started at term %d with log (%d..%d]",
-            cfg.node_id, stored.hard_state.term, self.applied_index, stored.last_index,
-        )  # fmt: skip
+        log_event(log, logging.INFO, "raft_started", term=stored.hard_state.term,
+                  applied_index=self.applied_index, last_index=stored.last_index)  # fmt: skip
 
     async def wait(self) -> None:
         """Return when the driver stops; raise what killed its loop if it died (a bug or a disk error)."""
@@ -478,9 +477,7 @@ class RaftDriver:
         self._next_snapshot = None
         self._sm.restore(snapshot.data)
         self.applied_index = self._last_snapshot_index = snapshot.meta.last_index
-        log.info(
-            "raft node %d: installed the leader's snapshot through index %d", self.node_id, self.applied_index
-        )
+        log_event(log, logging.INFO, "raft_snapshot_installed", index=self.applied_index)
 
     def _apply(self, committed: list[Entry]) -> None:
         for entry in committed:
@@ -538,7 +535,7 @@ class RaftDriver:
             self._io, lambda: store.write(snapshot=ready, compact_through=last)
         )
         self.core.snapshot_taken(ready)
-        log.info("raft node %d: snapshot through index %d (%d bytes)", self.node_id, last, len(ready.data))
+        log_event(log, logging.INFO, "raft_snapshot_written", index=last, bytes=len(ready.data))
 
     def _fail_everything(self, exc: errors.KafkaError) -> None:
         for _, future in self._inbox:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import logging
 import os
 import signal
 import struct
@@ -37,6 +36,7 @@ from proto.listeners import (
     check_bindable,
     split_address,
 )
+from proto.logfmt import configure_logging
 from proto.serving import add_standard_services
 from raft.config import QuorumConfig, QuorumConfigError, parse_voters
 from raft.driver import DriverConfig, NotLeaderError, RaftDriver
@@ -263,7 +263,7 @@ async def serve(args: argparse.Namespace, config: DriverConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_level, args.node_id, "raft")
     try:
         config = build_config(args)
         asyncio.run(serve(args, config))

@@ -35,6 +35,7 @@ from dataclasses import replace
 import grpc
 
 from proto import raft_pb2, raft_pb2_grpc
+from proto.logfmt import log_event
 from proto.serving import GRPC_OPTIONS
 from raft.messages import (
     AppendEntries,
@@ -412,13 +413,9 @@ class PeerSender:
             except grpc.aio.AioRpcError as exc:
                 self.failures += 1
                 if self.failures == 1 or self.failures % 100 == 0:
-                    log.info(
-                        "raft: peer %s at %s: %s (%d failures)",
-                        self.peer_id,
-                        self.address,
-                        exc.code(),
-                        self.failures,
-                    )
+                    log_event(log, logging.INFO, "raft_peer_unreachable", peer=self.peer_id,
+                              address=self.address,
+                              code=exc.code().name, failures=self.failures)  # fmt: skip
                 self._queue.clear()
                 continue
             self.failures = 0

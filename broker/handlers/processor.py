@@ -59,7 +59,7 @@ from proto.kafka.api import (
     parse_request,
 )
 from proto.kafka.codec import FrameParts, KafkaDecodeError
-from proto.logfmt import FIELDS_ATTR, log_event
+from proto.logfmt import log_event
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +168,9 @@ class RequestProcessor:
     @staticmethod
     def _crashed(context: RequestContext, exc: Exception) -> None:
         h = context.header
-        log.error(
-            "request_crashed", exc_info=exc,
-            extra={FIELDS_ATTR: {"client": context.client, "client_id": h.client_id or "",
-                                 "api": api_name(h.api_key), "version": h.api_version,
-                                 "correlation_id": h.correlation_id}},
-        )  # fmt: skip
+        log_event(log, logging.ERROR, "request_crashed", exc_info=exc, client=context.client,
+                  client_id=h.client_id or "", api=api_name(h.api_key), version=h.api_version,
+                  correlation_id=h.correlation_id)  # fmt: skip
 
     def _unsupported_version(self, header: RequestHeader) -> Outcome:
         name = api_name(header.api_key)
