@@ -65,10 +65,13 @@ def wait_for(
 
 
 @contextlib.contextmanager
-def running_cluster(data_dir: Path, brokers: int = 3, **overrides: str) -> Iterator[BrokerCluster]:
+def running_cluster(
+    data_dir: Path, brokers: int = 3, log_level: str = "", **overrides: str
+) -> Iterator[BrokerCluster]:
     cluster = LocalCluster(
-        data_dir, controllers=3, brokers=brokers, overrides={**FAST_OVERRIDES, **overrides}
-    )
+        data_dir, controllers=3, brokers=brokers, overrides={**FAST_OVERRIDES, **overrides},
+        log_level=log_level,
+    )  # fmt: skip
     cluster.data_dir.mkdir(parents=True, exist_ok=True)
     cluster.plan()
     bc = BrokerCluster(cluster)
