@@ -2,10 +2,10 @@
 
 Brokers: every refused Kafka request is one WARN line ``event=request_refused`` with the client's
 address and client.id, the API, the partition and the error name — once per client and error within
-``log.refused.requests.interval.ms`` (a repeat is counted, not logged). Bad requests are sent as raw
-frames, each test with its own client.id, so that the lines expected are exactly known: a Produce to a
-topic that does not exist, an acks=all Produce below ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS), and
-a Fetch with a leader epoch older than the leader's (FENCED_LEADER_EPOCH).
+``log.refused.requests.interval.ms`` (a repeat is counted, not logged). Bad requests are sent raw
+(``tests.kafka_call``), each test with its own client.id, so that the lines expected are exactly
+known: a Produce to a topic that does not exist, an acks=all Produce below ``min.insync.replicas``
+(NOT_ENOUGH_REPLICAS), and a Fetch with a leader epoch older than the leader's (FENCED_LEADER_EPOCH).
 
 Controllers: a topic create, config change and delete, and a broker's fence (SIGSTOP past the session
 timeout) and unfence each give the active controller's ``event=`` line, once across all controllers.
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import shlex
 import signal
-import socket
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,10 +23,10 @@ import pytest
 
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
-from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
 from pykraft.cluster import NodeSpec
 from storage.record_batch import build_batch
 from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
+from tests.kafka_call import KafkaSocket
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -58,28 +56,10 @@ def refusals(bc: BrokerCluster, broker_id: int, client_id: str) -> list[tuple[st
     ]
 
 
-def kafka_call(address: str, client_id: str, api_key: int, version: int, requests: list) -> list:
-    """Send ``requests`` on one connection, in order; their decoded answers."""
-    host, port = address.rsplit(":", 1)
-    answers = []
-    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
-        for correlation_id, request in enumerate(requests, 1):
-            payload = encode_request(RequestHeader(api_key, version, correlation_id, client_id), request)
-            sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = struct.unpack(">i", _read(sock, 4))[0]
-            got_id, body = parse_response(api_key, version, _read(sock, size))
-            assert got_id == correlation_id
-            answers.append(body)
-    return answers
-
-
-def _read(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data
+def calls(address: str, client_id: str, version: int, requests: list) -> list:
+    """Send ``requests`` on one connection with ``client_id``, in order; their decoded answers."""
+    with KafkaSocket(address, DEADLINE_S, client_id) as conn:
+        return [conn.call(request, version, DEADLINE_S) for request in requests]
 
 
 def produce(topic: str, acks: int) -> m.ProduceRequest:
@@ -94,8 +74,7 @@ def produce_code(answer: m.ProduceResponse) -> int:
 
 def test_produce_to_a_missing_topic_is_one_warn_line_per_client_and_error(cluster: BrokerCluster) -> None:
     client = "logs-missing-topic"
-    answers = kafka_call(cluster.broker(101).kafka_address, client, ApiKey.PRODUCE, 9,
-                         [produce("no-such-topic", acks=1) for _ in range(3)])  # fmt: skip
+    answers = calls(cluster.broker(101).kafka_address, client, 9, [produce("no-such-topic", acks=1)] * 3)
     assert [produce_code(a) for a in answers] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 3
     want = [("WARNING", "Produce", "UNKNOWN_TOPIC_OR_PARTITION", "no-such-topic", "0")]
     wait_for(lambda: refusals(cluster, 101, client) == want, DEADLINE_S, f"the WARN line of {client}")
@@ -107,7 +86,7 @@ def test_not_enough_replicas_is_logged_with_the_brokers_message(cluster: BrokerC
     cluster.create_topic("thin", partitions=1, rf=1, min_insync_replicas="2")  # replica 101 only
     client = "logs-not-enough-replicas"
     address = cluster.broker(101).kafka_address
-    [answer] = kafka_call(address, client, ApiKey.PRODUCE, 9, [produce("thin", acks=-1)])
+    [answer] = calls(address, client, 9, [produce("thin", acks=-1)])
     assert produce_code(answer) == ErrorCode.NOT_ENOUGH_REPLICAS
     want = [("WARNING", "Produce", "NOT_ENOUGH_REPLICAS", "thin", "0")]
     wait_for(lambda: refusals(cluster, 101, client) == want, DEADLINE_S, f"the WARN line of {client}")
@@ -172,7 +151,7 @@ def test_broker_fence_moves_leadership_and_a_stale_epoch_is_refused(cluster: Bro
         stale = m.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 16, session_id=0, session_epoch=-1,
                                topics=topics)  # fmt: skip
         address = cluster.broker(new_leader).kafka_address
-        answers = kafka_call(address, client, ApiKey.FETCH, 12, [stale, stale])
+        answers = calls(address, client, 12, [stale, stale])
         codes = [a.responses[0].partitions[0].error_code for a in answers]
         assert codes == [ErrorCode.FENCED_LEADER_EPOCH] * 2
         want = [("WARNING", "Fetch", "FENCED_LEADER_EPOCH", "moving", "0")]
