@@ -2,7 +2,8 @@
 
 Brokers: every refused Kafka request is one WARN line ``event=request_refused`` with the client's
 address and client.id, the API, the partition and the error name — once per client and error within
-``log.refused.requests.interval.ms`` (a repeat is counted, not logged). Bad requests are sent raw
+``log.refused.requests.interval.ms`` (a repeat is counted, not logged, and the count said in a
+summary line once the interval is over). Bad requests are sent raw
 (``tests.kafka_call``), each test with its own client.id, so that the lines expected are exactly
 known: a Produce to a topic that does not exist, an acks=all Produce below ``min.insync.replicas``
 (NOT_ENOUGH_REPLICAS), and a Fetch with a leader epoch older than the leader's (FENCED_LEADER_EPOCH).
@@ -31,11 +32,15 @@ from tests.kafka_call import KafkaSocket
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DEADLINE_S = 60.0
+# Long enough that a test's repeated requests fall in one window even on a loaded machine, short
+# enough to see the summary line.
+REFUSAL_INTERVAL_MS = 5_000
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    with running_cluster(Path(tmp_path_factory.mktemp("operator-logs")), log_level="INFO") as bc:
+    with running_cluster(Path(tmp_path_factory.mktemp("operator-logs")), log_level="INFO",
+                         **{"log.refused.requests.interval.ms": str(REFUSAL_INTERVAL_MS)}) as bc:
         yield bc
 
 
@@ -80,6 +85,21 @@ def test_produce_to_a_missing_topic_is_one_warn_line_per_client_and_error(cluste
     wait_for(lambda: refusals(cluster, 101, client) == want, DEADLINE_S, f"the WARN line of {client}")
     [line] = [x for x in log_lines(cluster, cluster.broker(101)) if x.get("client_id") == client]
     assert line["client"].startswith("127.0.0.1:") and line["logger"] == "broker.handlers.refusals"
+
+
+def test_repeats_are_counted_in_a_summary_line_once_the_interval_is_over(cluster: BrokerCluster) -> None:
+    client = "logs-summary"
+    calls(cluster.broker(102).kafka_address, client, 9, [produce("no-such-topic", acks=1)] * 3)
+
+    def summary() -> list[dict[str, str]]:
+        return [x for x in log_lines(cluster, cluster.broker(102))
+                if x.get("event") == "requests_refused_summary" and x.get("client_id") == client]  # fmt: skip
+
+    [line] = wait_for(summary, DEADLINE_S, f"the summary line of {client}")
+    assert (line["level"], line["code"], line["suppressed"], line["interval_ms"]) == (
+        "WARNING", "UNKNOWN_TOPIC_OR_PARTITION", "2", str(REFUSAL_INTERVAL_MS),
+    )  # fmt: skip
+    assert len(refusals(cluster, 102, client)) == 1
 
 
 def test_not_enough_replicas_is_logged_with_the_brokers_message(cluster: BrokerCluster) -> None:
