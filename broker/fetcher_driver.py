@@ -41,6 +41,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from broker import latency_trace
 from broker.divergence import EpochEndOffset
 from broker.fetch_session import FetchSessionHandler, PartitionFetchRequest, SessionRequest
 from broker.fetcher import FetchedPartition, FetcherConfig, FetchRequestPlan, ReplicaFetcher, TruncateTo
@@ -183,6 +184,8 @@ class FetcherDriver:
                 self.fetcher.back_off(tp, monotonic_ms())
             elif isinstance(action, TruncateTo) and action.repeated == 1:
                 self._warn_no_progress(action, position)
+        if latency_trace.ENABLED:
+            latency_trace.event("fetch_applied", f"{self.fetcher.replica_id} actions={len(actions)}")
 
     def _warn_no_progress(self, action: TruncateTo, position: tuple[int, int | None] | None) -> None:
         log_end_offset, latest_epoch = position if position is not None else (None, None)

@@ -22,6 +22,7 @@ import struct
 from collections import deque
 from typing import Any
 
+from broker import latency_trace
 from proto.kafka.api import RequestHeader, encode_request, parse_response
 from proto.kafka.codec import KafkaDecodeError
 
@@ -83,6 +84,8 @@ class KafkaConnection:
         try:
             async with asyncio.timeout(timeout_s):
                 self._writer.write(_S_SIZE.pack(len(frame)) + frame)
+                if latency_trace.ENABLED:
+                    latency_trace.event("request_sent", f"{body.API_KEY} {self.client_id}")
                 await self._writer.drain()
                 return await future
         except BaseException as exc:  # timed out, cancelled, or the connection failed
@@ -110,6 +113,8 @@ class KafkaConnection:
         if not self._pending:
             raise KafkaConnectionError("an answer arrived with no request outstanding")
         correlation_id, api_key, version, future = self._pending[0]
+        if latency_trace.ENABLED:
+            latency_trace.event("response_in", f"{api_key} {self.client_id}")
         got, body = parse_response(api_key, version, frame)  # left pending: _fail fails it on an error
         if got != correlation_id:
             raise KafkaConnectionError(f"answer with correlation id {got}, expected {correlation_id}")

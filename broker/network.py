@@ -38,7 +38,11 @@ implement it, and on the selector loop it unregisters the transport and pauses r
 call. A region that does not go out at once waits for the socket to become writable through a
 duplicate of the socket's descriptor (the loop refuses ``add_writer`` on a transport's own one), and
 the FIFO waits behind it. Where sendfile cannot serve (no plain socket under the transport, e.g. TLS,
-or ``ListenerSettings.sendfile`` off) the regions are read into memory and written. A client that
+or ``ListenerSettings.sendfile`` off) the regions are read into memory and written. So are regions
+smaller than ``ListenerSettings.sendfile_min_bytes`` in all (a follower's or a tailing consumer's
+answer of a few records): the header and the records then leave in one write — one TCP segment, one
+wake-up of the reader — where sendfile costs a second system call and a second segment, and saves
+copying a few hundred bytes (bench/RESULTS.md, "One-record acks=all latency"). A client that
 closes mid-send ends only its connection; a region whose file turned out shorter than announced (a
 truncation under it) closes the connection, as the frame's size prefix cannot be honoured.
 ``sendfile_bytes`` / ``copied_region_bytes`` count which way the regions went.
@@ -80,6 +84,8 @@ REJECT_LOG_INTERVAL_S = 1.0
 DEFAULT_SOCKET_REQUEST_MAX_BYTES = 104_857_600
 DEFAULT_MAX_CONNECTIONS = 2**31 - 1
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
+# Below this many record bytes in one answer, copying them beats a sendfile call (see the docstring).
+DEFAULT_SENDFILE_MIN_BYTES = 16 * 1024
 
 
 class _Verdict:
@@ -119,6 +125,7 @@ class ListenerSettings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
     sendfile: bool = True  # off: file regions of an answer are read into memory and written
+    sendfile_min_bytes: int = DEFAULT_SENDFILE_MIN_BYTES  # smaller answers' regions are copied
 
 
 class ListenerMetrics(Protocol):
@@ -258,7 +265,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _send_parts(self, frame: FrameParts) -> None:
         assert self.transport is not None
-        if self._socket_fd is None:
+        if self._socket_fd is None or frame.region_bytes < self.listener.settings.sendfile_min_bytes:
             try:
                 data = frame.to_bytes()
             except Exception as exc:  # a region shorter than announced: the frame cannot be honoured
@@ -266,7 +273,7 @@ class KafkaConnection(asyncio.Protocol):
                 return
             finally:
                 frame.close()
-            self.listener.copied_region_bytes += sum(region.size for region in frame.regions)
+            self.listener.copied_region_bytes += frame.region_bytes
             self.transport.write(data)
             return
         sender = _RegionSender(self, frame, self._socket_fd)

@@ -40,6 +40,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
+from broker import latency_trace
 from broker.handlers import admin, api_versions, fetch, groups, metadata, offsets, produce, producer_id
 from broker.handlers.context import BrokerServices, Handler, RequestContext
 from broker.handlers.refusals import response_errors
@@ -92,6 +93,10 @@ def api_name(api_key: int) -> str:
 _API_NAMES = {int(key): api_name(key) for key in ApiKey}
 
 
+def _trace_detail(header: RequestHeader) -> str:
+    return f"{_API_NAMES.get(header.api_key, header.api_key)} {header.client_id}"
+
+
 class RequestProcessor:
     """Parse, dispatch, encode, measure: the ``broker.network.RequestProcessor`` of one listener."""
 
@@ -109,6 +114,7 @@ class RequestProcessor:
 
     def process(self, frame: bytes, client: str) -> Outcome:
         start = time.perf_counter()
+        arrived_ns = time.monotonic_ns() if latency_trace.ENABLED else 0
         try:
             header, request = parse_request(frame)
         except UnknownApiKey as exc:
@@ -123,6 +129,8 @@ class RequestProcessor:
                          f"does not decode: {exc}")  # fmt: skip
         except KafkaDecodeError as exc:
             return Close(f"request header does not decode: {exc}")
+        if latency_trace.ENABLED:
+            latency_trace.event("request_in", _trace_detail(header), arrived_ns)
         handler = self.handlers.get(header.api_key)
         if handler is None:  # not advertised, but a client may try it anyway
             return Close(f"{api_name(header.api_key)} is not served by this broker (see ApiVersions)")
@@ -152,6 +160,8 @@ class RequestProcessor:
     ) -> bytearray | FrameParts:
         """The answer frame; ``FrameParts`` when its records are file slices (sent with sendfile)."""
         data = encode_response_parts(context.header, response)
+        if latency_trace.ENABLED:
+            latency_trace.event("response_out", _trace_detail(context.header))
         sent = data.size if isinstance(data, FrameParts) else len(data)
         self._observe(context, start, size, sent, response)
         return data

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
+from broker import latency_trace
 from broker.handlers.context import BrokerServices, RequestContext
 from broker.handlers.metadata import current_leader, live_brokers
 from broker.network import NO_RESPONSE, Close
@@ -65,6 +66,8 @@ def handle_produce(
         request.acks, timeout_ms, items, services.clock_ms(), answer,
         zstd_allowed=context.version >= ZSTD_VERSION,
     )  # fmt: skip
+    if latency_trace.ENABLED:
+        latency_trace.event("produce_appended", f"acks={request.acks} answered={future.done()}")
     if request.acks == 0:
         results = future.result()  # acks=0 answers at once
         failed = [f"{tp[0]}-{tp[1]}: {r.code.name}" for tp, r in results.items() if r.code != 0]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
+from broker import latency_trace
 from broker.fetch_session import PartitionFetchRequest, SentPartitionState, SessionContext
 from broker.handlers.context import BrokerServices, RequestContext, topic_id_of, uuid_of
 from broker.replica_manager import TP, FetchRequestPartition, FetchResult
@@ -94,6 +95,8 @@ def handle_replica_fetch(
         replica_id, broker_epoch, items, max_bytes, request.min_bytes, max_wait_ms, services.clock_ms(),
         answer, services.clock_ms,
     )  # fmt: skip
+    if latency_trace.ENABLED:
+        latency_trace.event("follower_fetch_handled", f"{replica_id} answered={future.done()}")
     if future.done():
         return _response(services, by_id, session, future.result(), unknown)
     return _later(services, by_id, session, future, unknown)

@@ -462,6 +462,11 @@ class FrameParts:
     def regions(self) -> list[FileRegion]:
         return [part for part in self.parts if not isinstance(part, memoryview)]
 
+    @property
+    def region_bytes(self) -> int:
+        """Bytes of the file regions (the records of a Fetch answer)."""
+        return sum(part.size for part in self.parts if not isinstance(part, memoryview))
+
     def to_bytes(self) -> bytes:
         """The whole frame in memory (reads every region; the fallback where sendfile cannot serve)."""
         return b"".join(part if isinstance(part, memoryview) else part.read() for part in self.parts)

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from broker.metrics import KafkaRequestMetrics
-from broker.network import KafkaListener, ListenerSettings
+from broker.network import DEFAULT_SENDFILE_MIN_BYTES, KafkaListener, ListenerSettings
 from proto.kafka.codec import FrameParts, ResponseParts, write_nullable_records
 from storage.file_slice import FileSlice
 from tests.unit.broker.test_network import DEADLINE_S, Metrics, connect, eventually, frame, read_answer
@@ -69,7 +69,11 @@ def expected(data: bytes, position: int, size: int) -> bytes:
     return b"<" + struct.pack(">i", size) + data[position : position + size] + b">"
 
 
-async def start(path: Path, settings: ListenerSettings = ListenerSettings()):  # noqa: B008
+# These tests are about the sendfile path itself: every region goes out with sendfile, however small.
+SENDFILE_ALWAYS = ListenerSettings(sendfile_min_bytes=0)
+
+
+async def start(path: Path, settings: ListenerSettings = SENDFILE_ALWAYS):
     processor = PartsProcessor(path)
     listener = KafkaListener("PLAINTEXT", "127.0.0.1", 0, processor, Metrics(), settings)
     await listener.start()
@@ -92,7 +96,7 @@ def test_an_answer_of_parts_arrives_byte_for_byte(data_file, sendfile: bool) -> 
     metrics = KafkaRequestMetrics(CollectorRegistry())
 
     async def main():
-        listener, processor = await start(path, ListenerSettings(sendfile=sendfile))
+        listener, processor = await start(path, ListenerSettings(sendfile=sendfile, sendfile_min_bytes=0))
         metrics.register_sendfile(
             lambda: [(listener.name, listener.sendfile_bytes, listener.copied_region_bytes)]
         )
@@ -106,6 +110,28 @@ def test_an_answer_of_parts_arrives_byte_for_byte(data_file, sendfile: bool) -> 
             for name in ("pykraft_kafka_sendfile_bytes_total", "pykraft_kafka_records_copied_bytes_total")
         )
         assert scraped == counts
+        await eventually(lambda: all(s.closed for s in processor.slices))
+        writer.close()
+        await stop(listener, processor)
+
+    run(main())
+
+
+@pytest.mark.parametrize("region_bytes", [300, DEFAULT_SENDFILE_MIN_BYTES - 1, DEFAULT_SENDFILE_MIN_BYTES])
+def test_an_answer_with_fewer_record_bytes_than_sendfile_min_bytes_is_copied(data_file, region_bytes) -> None:
+    """A small answer (a follower's or a tailing consumer's few records) leaves in one write: copying a
+    few hundred bytes is cheaper than a second system call, TCP segment and wake-up of the reader."""
+    path, data = data_file
+
+    async def main():
+        listener, processor = await start(path, ListenerSettings())
+        reader, writer = await connect(listener)
+        writer.write(frame(1, b"file:100:%d" % region_bytes))
+        assert await read_answer(reader) == (1, expected(data, 100, region_bytes))
+        copied = region_bytes < DEFAULT_SENDFILE_MIN_BYTES
+        assert (listener.sendfile_bytes, listener.copied_region_bytes) == (
+            (0, region_bytes) if copied else (region_bytes, 0)
+        )
         await eventually(lambda: all(s.closed for s in processor.slices))
         writer.close()
         await stop(listener, processor)
