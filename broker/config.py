@@ -401,7 +401,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--config-file", type=Path, default=None, help="Kafka-style key=value properties")
-    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--log-level", default="INFO", help="log level (default: %(default)s, as Kafka's)")
     parser.add_argument(
         "--metrics-port", type=int, default=0,
         help="Prometheus /metrics port on --metrics-host (0: pick a free one and print it; -1: off)",

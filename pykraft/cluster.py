@@ -115,7 +115,7 @@ class LocalCluster:
     # Kafka-named settings passed to every process as ``--override key=value``.
     overrides: dict[str, str] = field(default_factory=dict)
     nodes: list[NodeSpec] = field(default_factory=list)
-    log_level: str = ""  # every process's --log-level ("": the processes' default, WARNING)
+    log_level: str = ""  # every process's --log-level ("": the processes' default, INFO)
     # Popen handles of the processes this object started (none after ``load``): kept so that the
     # children are reaped (no zombies, no ResourceWarning) when they stop.
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False, compare=False)
