@@ -15,13 +15,18 @@ driver call that acts.
 
 Objects (one broker process)
 ----------------------------
-- ``storage.log.Log`` per hosted partition (the bytes), opened at startup (recovery happens there).
+- ``broker.log_manager.LogManager``: the ``storage.log.Log`` of each hosted partition (the bytes and
+  the idempotent-producer state), opened at startup (recovery happens there), topic configs,
+  checkpoints, flush, retention.
 - ``broker.partition.Partition`` per hosted partition (HW, ISR, epochs): the decisions.
 - ``broker.fetcher.ReplicaFetcher`` per leader broker this broker follows partitions on.
-- ``broker.purgatory.ProducePurgatory`` and ``FetchPurgatory`` (delayed acks=all produces, long polls).
+- Three ``broker.purgatory.DelayedOperationPurgatory``s keyed by partition: ``produces``
+  (``broker.delayed_produce.DelayedProduce``, acks=all), ``follower_fetches`` and
+  ``consumer_fetches`` (``broker.delayed_fetch.DelayedFetch``, long polls).
 - The ``metadata.image.MetadataImage`` the broker follows as an observer; ``PartitionRegistration``
   gives ``leader``, ``leader_epoch``, ``partition_epoch``, ``isr``, ``replicas``.
-Everything above runs on one asyncio loop; the gRPC handlers and the fetcher tasks only move bytes.
+Everything above runs on one asyncio loop; the Kafka request handlers and the fetcher tasks only move
+bytes.
 
 Metadata delta -> role changes (Kafka's ``ReplicaManager.applyDelta``)
 -------------------------------------------------------------------------
@@ -38,9 +43,10 @@ the one last applied and acts on the changed ones; with ``reg`` the partition's 
   purgatories for the partition. A new leadership also answers every delayed operation on the
   partition at once (a fetch parked on the old role must not wait).
 - otherwise: ``partition.become_follower(reg.leader, ...)``. If it returns True: complete the
-  partition's delayed produces (``ProducePurgatory.check_and_complete`` now answers
-  NOT_LEADER_OR_FOLLOWER), wake its delayed fetches, and ``fetcher_for(reg.leader).add_partition(
-  tp, log.log_end_offset, log.latest_epoch, reg.leader_epoch)``. **No truncation here**: the
+  partition's delayed produces (``produces.check_and_complete(tp)`` now answers
+  NOT_LEADER_OR_FOLLOWER), answer its delayed fetches (``complete_all(tp)``), and
+  ``fetcher_for(reg.leader).add_partition(tp, log.log_end_offset, log.latest_epoch,
+  reg.leader_epoch)``. **No truncation here**: the
   leader's diverging epoch decides it (KIP-101).
 - partition removed or moved away: ``partition.stop()``, remove from fetchers, fail its delayed
   operations, close (and for a deleted topic, delete) the log.
@@ -55,11 +61,12 @@ cannot decode (5-7), or zstd in a Produce below v7 -> UNSUPPORTED_COMPRESSION_TY
 ``log.validate_as_leader(records, origin)`` (header/CRC/size and LogValidator rules), then the
 idempotent-producer state, then ``log.append_validated_as_leader(valid, partition.leader_epoch)`` —
 Kafka's order; all or nothing: a KafkaError becomes the partition's error; then
-``partition.on_local_append(log.log_end_offset)`` (an ISR of one moves the HW at once); wake the
-FetchPurgatory for the partition (followers long-polling for new data). acks=0/1 answer now. acks=all:
-``ProducePurgatory.try_complete_else_watch(op, now + timeout_ms, {tp: ProduceWait(last offset + 1,
-leader_epoch)}, check)`` with ``check = partition.check_enough_replicas_reach_offset``; the gRPC
-handler awaits a future the driver resolves when the operation completes or expires.
+``partition.on_local_append(log.log_end_offset)`` (an ISR of one moves the HW at once);
+``follower_fetches.check_and_complete(tp)`` (followers long-polling for new data). acks=0/1 answer
+now. acks=all: ``produces.try_complete_else_watch(DelayedProduce(now + timeout_ms, {tp:
+ProduceWait(last offset + 1, leader_epoch)}, check, answer))`` with ``check =
+partition.check_enough_replicas_reach_offset``; ``answer`` calls the handler's callback when the
+operation completes or expires.
 
 Follower fetch (a Kafka Fetch with a replica id, on the leader)
 ---------------------------------------------------------------
@@ -74,8 +81,8 @@ With an error or a diverging epoch: answer it, no records. Otherwise: if
 ``result.high_watermark_advanced_from`` is set, ``log.update_high_watermark(partition.high_watermark)``
 and ``check_and_complete`` both purgatories for the partition; if ``result.isr_proposal``, send
 AlterPartition (below). Read ``log.read(fetch_offset, partition_max_bytes)`` (up to the LEO). If no
-partition has data, park the request in the FetchPurgatory (``min_bytes``, ``max_wait_ms``) — a
-leader append wakes it.
+partition has data, park a ``DelayedFetch`` (``min_bytes``, ``max_wait_ms``) in ``follower_fetches``
+— a leader append wakes it.
 
 Follower side (the fetcher task per leader broker)
 --------------------------------------------------
@@ -126,6 +133,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from broker.delayed_fetch import DelayedFetch, FetchReadiness
+from broker.delayed_produce import DelayedProduce, ProduceOutcome, ProduceWait
 from broker.divergence import EpochEndOffset
 from broker.fetcher import (
     AppendRecords,
@@ -147,16 +156,7 @@ from broker.partition import (
     ProduceCheck,
     Role,
 )
-from broker.purgatory import (
-    CompletedFetch,
-    CompletedProduce,
-    FetchPurgatory,
-    FetchReadiness,
-    ProduceOutcome,
-    ProducePurgatory,
-    ProduceWait,
-    TopicPartition,
-)
+from broker.purgatory import DelayedOperationPurgatory
 from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from proto import errors
 from proto.errors import ErrorCode
@@ -321,12 +321,11 @@ class ReplicaManager:
         self.partitions: dict[TP, Partition] = {}
         self.topic_ids: dict[str, str] = {}  # topic name -> id, for the hosted partitions
         self._applied: dict[TP, PartitionRegistration] = {}
-        self.produces = ProducePurgatory()
-        self.follower_fetches = FetchPurgatory()
-        self.consumer_fetches = FetchPurgatory()
-        self._produce_waiters: dict[int, tuple[ProduceCallback, dict[TP, ProduceResult]]] = {}
-        self._fetch_waiters: dict[int, tuple[Callable[[], None], FetchPurgatory]] = {}
-        self._next_operation_id = 1
+        # Delayed operations by partition (Kafka's three purgatories: produce, and fetch split in two
+        # because a follower fetch is woken by the LEO, a consumer fetch by the HW).
+        self.produces: DelayedOperationPurgatory[TP] = DelayedOperationPurgatory()
+        self.follower_fetches: DelayedOperationPurgatory[TP] = DelayedOperationPurgatory()
+        self.consumer_fetches: DelayedOperationPurgatory[TP] = DelayedOperationPurgatory()
         # Called with (tp, is_leader, leader_epoch) on every new role of a hosted partition, and
         # (tp, False, NO_EPOCH) when it stops; the group coordinator loads/unloads __consumer_offsets.
         self.role_listeners: list[Callable[[TP, bool, int], None]] = []
@@ -439,58 +438,48 @@ class ReplicaManager:
     def _high_watermark_moved(self, tp: TP) -> None:
         """The leader's HW moved: persist it in memory, answer acks=all produces and consumer fetches."""
         self.logs[tp].update_high_watermark(self.partitions[tp].high_watermark)
-        key = TopicPartition(*tp)
-        self._complete_produces(self.produces.check_and_complete(key, self._produce_check))
-        self._complete_fetches(self.consumer_fetches.check_and_complete(key, self._consumer_readiness))
+        self.produces.check_and_complete(tp)
+        self.consumer_fetches.check_and_complete(tp)
 
     def _partition_changed(self, tp: TP) -> None:
         """Leadership changed or the replica stopped: every delayed operation on ``tp`` answers now."""
-        key = TopicPartition(*tp)
-        self._complete_produces(self.produces.check_and_complete(key, self._produce_check))
-        for purgatory in (self.consumer_fetches, self.follower_fetches):
-            self._complete_fetches(purgatory.check_and_complete(key, _complete_now))
+        self.produces.check_and_complete(tp)
+        self.consumer_fetches.complete_all(tp)
+        self.follower_fetches.complete_all(tp)
 
-    def _produce_check(self, key: TopicPartition, required_offset: int, leader_epoch: int) -> ProduceCheck:
-        partition = self.partitions.get((key.topic, key.partition))
+    def _produce_check(self, tp: TP, required_offset: int, leader_epoch: int) -> ProduceCheck:
+        partition = self.partitions.get(tp)
         if partition is None:
-            return ProduceCheck(True, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{key}: no longer hosted here")
+            message = f"{tp[0]}-{tp[1]}: no longer hosted here"
+            return ProduceCheck(True, ErrorCode.NOT_LEADER_OR_FOLLOWER, message)
         return partition.check_enough_replicas_reach_offset(required_offset, leader_epoch)
 
-    def _consumer_readiness(self, key: TopicPartition, fetch_offset: int) -> FetchReadiness:
-        partition = self.partitions.get((key.topic, key.partition))
+    def _consumer_readiness(self, tp: TP, fetch_offset: int) -> FetchReadiness:
+        partition = self.partitions.get(tp)
         if partition is None or partition.role is not Role.LEADER:
             return FetchReadiness(0, complete_now=True)
         return FetchReadiness(_available_bytes(fetch_offset, partition.high_watermark))
 
-    def _follower_readiness(self, key: TopicPartition, fetch_offset: int) -> FetchReadiness:
-        partition = self.partitions.get((key.topic, key.partition))
+    def _follower_readiness(self, tp: TP, fetch_offset: int) -> FetchReadiness:
+        partition = self.partitions.get(tp)
         if partition is None or partition.role is not Role.LEADER:
             return FetchReadiness(0, complete_now=True)
         return FetchReadiness(_available_bytes(fetch_offset, partition.log_end_offset))
 
-    def _complete_produces(self, completed: Iterable[CompletedProduce]) -> None:
-        for done in completed:
-            callback, results = self._produce_waiters.pop(done.operation_id)
-            for key, outcome in done.outcomes.items():
-                tp = (key.topic, key.partition)
-                early = results.get(tp)
-                results[tp] = ProduceResult(
-                    outcome.code, outcome.message,
-                    early.base_offset if early and outcome.code == ErrorCode.NONE else NO_OFFSET,
-                    early.log_append_time_ms if early else NO_TIMESTAMP,
-                    early.log_start_offset if early else NO_OFFSET,
-                    *self._leader_of(tp),
-                )  # fmt: skip
-            callback(results)
-
-    def _complete_fetches(self, completed: Iterable[CompletedFetch]) -> None:
-        for done in completed:
-            answer, _ = self._fetch_waiters.pop(done.operation_id)
-            answer()
-
-    def _new_operation_id(self) -> int:
-        self._next_operation_id += 1
-        return self._next_operation_id
+    def _answer_produce(
+        self, callback: ProduceCallback, results: dict[TP, ProduceResult], outcomes: dict[TP, ProduceOutcome]
+    ) -> None:
+        """A delayed produce completed: each partition's outcome, with the offsets found at append."""
+        for tp, outcome in outcomes.items():
+            early = results.get(tp)
+            results[tp] = ProduceResult(
+                outcome.code, outcome.message,
+                early.base_offset if early and outcome.code == ErrorCode.NONE else NO_OFFSET,
+                early.log_append_time_ms if early else NO_TIMESTAMP,
+                early.log_start_offset if early else NO_OFFSET,
+                *self._leader_of(tp),
+            )  # fmt: skip
+        callback(results)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [
@@ -504,9 +493,9 @@ class ReplicaManager:
 
     def expire(self, now_ms: int) -> None:
         """Answer the delayed operations whose deadline passed (REQUEST_TIMED_OUT / what is there)."""
-        self._complete_produces(self.produces.expire(now_ms))
-        self._complete_fetches(self.follower_fetches.expire(now_ms))
-        self._complete_fetches(self.consumer_fetches.expire(now_ms))
+        self.produces.expire(now_ms)
+        self.follower_fetches.expire(now_ms)
+        self.consumer_fetches.expire(now_ms)
 
     def _leader_of(self, tp: TP) -> tuple[int, int]:
         partition = self.partitions.get(tp)
@@ -534,27 +523,23 @@ class ReplicaManager:
         internal topic or write control batches; ``zstd_allowed`` is False for a Produce below v7
         (KIP-110)."""
         results: dict[TP, ProduceResult] = {}
-        waits: dict[TopicPartition, ProduceWait] = {}
+        waits: dict[TP, ProduceWait] = {}
         self.log_manager.maybe_expire_producers()
         for item in items:
             result, wait = self._append(item, acks, origin, zstd_allowed)
             results[item.tp] = result
             if wait is not None:
-                waits[TopicPartition(*item.tp)] = wait
+                waits[item.tp] = wait
         if acks != ACKS_ALL or not waits:
             callback(results)
             return
-        operation_id = self._new_operation_id()
-        already_done = {
-            TopicPartition(*tp): ProduceOutcome(r.code, r.message) for tp, r in results.items() if r.code != 0
-        }
-        self._produce_waiters[operation_id] = (callback, results)
-        done = self.produces.try_complete_else_watch(
-            operation_id, now_ms + timeout_ms, waits, self._produce_check, already_done
-        )
-        if done is not None:
-            self._complete_produces([done])
-        else:
+        already_done = {tp: ProduceOutcome(r.code, r.message) for tp, r in results.items() if r.code != 0}
+        operation = DelayedProduce(
+            now_ms + timeout_ms, waits, self._produce_check,  # type: ignore[arg-type]
+            lambda outcomes: self._answer_produce(callback, results, outcomes),  # type: ignore[arg-type]
+            already_done,
+        )  # fmt: skip
+        if not self.produces.try_complete_else_watch(operation):
             self.on_deadline(now_ms + timeout_ms)
 
     def _append(
@@ -590,9 +575,7 @@ class ReplicaManager:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
         if partition.on_local_append(plog.log_end_offset) is not None:
             self._high_watermark_moved(tp)
-        self._complete_fetches(
-            self.follower_fetches.check_and_complete(TopicPartition(*tp), self._follower_readiness)
-        )
+        self.follower_fetches.check_and_complete(tp)
         result = ProduceResult(
             ErrorCode.NONE, "", info.first_offset, info.log_append_time, plog.log_start_offset,
             partition.leader_id, partition.leader_epoch,
@@ -670,8 +653,8 @@ class ReplicaManager:
         now_ms: int,
         callback: FetchCallback,
         read: Callable[[], dict[TP, FetchResult]],
-        purgatory: FetchPurgatory,
-        readiness: Callable[[TopicPartition, int], FetchReadiness],
+        purgatory: DelayedOperationPurgatory[TP],
+        readiness: Callable[[TP, int], FetchReadiness],
     ) -> None:
         """Answer now when ``min_bytes`` are there, a partition must answer at once, or no wait is
         allowed; else park in ``purgatory`` and read again when it completes (woken or expired)."""
@@ -680,15 +663,12 @@ class ReplicaManager:
         if max_wait_ms <= 0 or size >= min_bytes or any(r.answers_now for r in results.values()):
             callback(results)
             return
-        operation_id = self._new_operation_id()
-        self._fetch_waiters[operation_id] = (lambda: callback(read()), purgatory)
-        offsets = {TopicPartition(*item.tp): item.fetch_offset for item in items}
-        done = purgatory.try_complete_else_watch(
-            operation_id, now_ms + max_wait_ms, min_bytes, offsets, readiness
-        )
-        if done is not None:
-            self._complete_fetches([done])
-        else:
+        offsets = {item.tp: item.fetch_offset for item in items}
+        operation = DelayedFetch(
+            now_ms + max_wait_ms, min_bytes, offsets, readiness,  # type: ignore[arg-type]
+            lambda: callback(read()),
+        )  # fmt: skip
+        if not purgatory.try_complete_else_watch(operation):
             self.on_deadline(now_ms + max_wait_ms)
 
     def _consumer_read(self, item: FetchRequestPartition, budget: FetchBudget) -> FetchResult:
@@ -936,9 +916,7 @@ class ReplicaManager:
             self._high_watermark_moved(tp)
         else:
             # A shrink that did not move the HW still decides parked acks=all produces (ISR too small).
-            self._complete_produces(
-                self.produces.check_and_complete(TopicPartition(*tp), self._produce_check)
-            )
+            self.produces.check_and_complete(tp)
 
     # ---- follower side: fetcher actions ----------------------------------------------------------
 
@@ -1032,10 +1010,6 @@ def _high_watermark_lagging(tp: TP, partition: Partition) -> ListOffsetResult | 
         f"offset {epoch_start} of its leader epoch {partition.leader_epoch}; retry once the followers "
         "have fetched in the new epoch",
     )
-
-
-def _complete_now(_key: TopicPartition, _fetch_offset: int) -> FetchReadiness:
-    return FetchReadiness(0, complete_now=True)
 
 
 KNOWN_CODECS = frozenset(int(c) for c in CompressionType)

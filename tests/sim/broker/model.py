@@ -23,6 +23,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from broker import divergence
+from broker.delayed_produce import DelayedProduce, ProduceWait
 from broker.divergence import EpochEntry
 from broker.fetcher import (
     AppendRecords,
@@ -47,8 +48,7 @@ from broker.partition import (
     ProduceCheck,
     Role,
 )
-from broker.purgatory import CompletedProduce, ProducePurgatory, ProduceWait
-from broker.purgatory import TopicPartition as PurgatoryTopicPartition
+from broker.purgatory import DelayedOperationPurgatory
 from proto.errors import ErrorCode
 
 TOPIC = "sim"
@@ -56,7 +56,6 @@ LAG_MS = 500
 MAX_FETCH_RECORDS = 4
 TP: TopicPartitionKey = (TOPIC, 0)
 FETCHER_CONFIG = FetcherConfig(fetch_backoff_ms=20)
-PURGATORY_TP = PurgatoryTopicPartition(TOPIC, 0)
 PRODUCE_TIMEOUT_MS = 1_500
 
 
@@ -164,7 +163,7 @@ class Broker:
         self.log = ReplicaLog()
         self.alive = True
         self.partition = self._new_partition()
-        self.produce_purgatory = ProducePurgatory()  # parked acks=all produces (volatile)
+        self.produce_purgatory = DelayedOperationPurgatory()  # parked acks=all produces (volatile)
         self.fetcher: ReplicaFetcher | None = None
         self.incarnation = 1  # its broker epoch: a restart registers again with a newer one
         self.isolated = False  # alive but cut off from the controller: fenced, a possible zombie leader
@@ -174,7 +173,7 @@ class Broker:
 
     def crash(self) -> None:
         self.alive = False
-        self.produce_purgatory = ProducePurgatory()  # the clients see their connections drop
+        self.produce_purgatory = DelayedOperationPurgatory()  # the clients see their connections drop
         self.fetcher = None
 
     def restart(self) -> None:
@@ -203,8 +202,6 @@ class Cluster:
         self.now_ms = 0
         self.next_value = 0
         self.acked: dict[int, str] = {}
-        self.produce_values: dict[int, tuple[int, str]] = {}  # operation id -> (offset, value)
-        self.next_operation_id = 1
         self.alter_partition_inflight: list[AlterPartitionProposal] = []
         self.network: list[InFlightFetch] = []  # fetch responses not yet delivered
         self.trace: list[str] = []
@@ -258,38 +255,31 @@ class Cluster:
         if p.on_local_append(broker.log.log_end_offset) is not None:
             self._complete_acks(broker)
         if acks == ACKS_ALL:
-            self.produce_values[self.next_operation_id] = (offset, value)
-            wait = {PURGATORY_TP: ProduceWait(offset + 1, p.leader_epoch)}
-            done = broker.produce_purgatory.try_complete_else_watch(
-                self.next_operation_id, self.now_ms + PRODUCE_TIMEOUT_MS, wait, self._produce_check(broker)
-            )
-            self.next_operation_id += 1
-            if done is not None:
-                self._answer(done)
+            operation = DelayedProduce(
+                self.now_ms + PRODUCE_TIMEOUT_MS, {TP: ProduceWait(offset + 1, p.leader_epoch)},
+                self._produce_check(broker), lambda outcomes: self._answer(offset, value, outcomes),
+            )  # fmt: skip
+            broker.produce_purgatory.try_complete_else_watch(operation)
         return ErrorCode.NONE
 
     @staticmethod
     def _produce_check(broker: Broker):
-        def check(_tp: PurgatoryTopicPartition, required_offset: int, leader_epoch: int) -> ProduceCheck:
+        def check(_tp: object, required_offset: int, leader_epoch: int) -> ProduceCheck:
             return broker.partition.check_enough_replicas_reach_offset(required_offset, leader_epoch)
 
         return check
 
     def _complete_acks(self, broker: Broker) -> None:
         """Kafka completes delayed produces when the HW, the ISR or the leadership changes."""
-        check = self._produce_check(broker)
-        for done in broker.produce_purgatory.check_and_complete(PURGATORY_TP, check):
-            self._answer(done)
+        broker.produce_purgatory.check_and_complete(TP)
 
     def expire_produces(self, broker_id: int) -> None:
         broker = self.brokers[broker_id]
         if broker.alive:
-            for done in broker.produce_purgatory.expire(self.now_ms):
-                self._answer(done)
+            broker.produce_purgatory.expire(self.now_ms)
 
-    def _answer(self, done: CompletedProduce) -> None:
-        offset, value = self.produce_values.pop(done.operation_id)
-        code = done.outcomes[PURGATORY_TP].code
+    def _answer(self, offset: int, value: str, outcomes: dict) -> None:
+        code = outcomes[TP].code
         if code == ErrorCode.NONE:
             self.acked[offset] = value
             self.note(f"ack {value}@{offset}")
