@@ -56,9 +56,9 @@ import struct  # noqa: E402
 
 from confluent_kafka import Consumer  # noqa: E402
 
-from broker.group_metadata import OffsetAndMetadata, OffsetCommitRecord  # noqa: E402
+from broker.group.metadata import OffsetAndMetadata, OffsetCommitRecord  # noqa: E402
+from broker.group.record_serde import encode_batch  # noqa: E402
 from broker.kafka_client import KafkaConnection  # noqa: E402
-from broker.offsets_codec import encode_batch  # noqa: E402
 from proto.errors import ErrorCode  # noqa: E402
 from proto.kafka import messages as m  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402

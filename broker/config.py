@@ -62,7 +62,7 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1),
     "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", 1),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", 1),  # the compaction timer (storage.cleaner)
-    # Consumer groups (broker.group_service): Kafka's names; -1 replication factor = min(3, live brokers).
+    # Consumer groups (broker.group.driver): Kafka's names; -1 replication factor = min(3, live brokers).
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 1),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 1),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0),
@@ -72,7 +72,7 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 14),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", 1),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0),
-    # KIP-211 offset expiration (broker.group_manager). Kafka's minimum is 1 minute; 0 (expire at the
+    # KIP-211 offset expiration (broker.group.metadata_manager). Kafka's minimum is 1 minute; 0 (expire at the
     # next check) lets tests see it happen.
     "offsets.retention.minutes": ("offsets_retention_minutes", 0),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1),

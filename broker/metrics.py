@@ -33,7 +33,7 @@ Consumer groups, for the groups this broker coordinates (``register_group_lag``)
 - ``pykraft_consumer_group_committed_offset`` (labels ``group``, ``topic``, ``partition``);
 - ``pykraft_consumer_group_lag``: the partition's high watermark minus the committed offset. The HW
   is the local replica's when this broker hosts one (a follower's may trail the leader's by one
-  fetch), else the leader's as polled every few seconds by ``broker.group_lag``;
+  fetch), else the leader's as polled every few seconds by ``broker.group.lag``;
 - ``pykraft_consumer_groups`` (label ``state``): groups coordinated here, by state.
 
 Collectors run in prometheus-client's thread while the event loop changes the state: they copy what
@@ -50,7 +50,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.group_coordinator import GroupCoordinator
+from broker.group.coordinator import GroupCoordinator
 from broker.partition import Partition, Role
 from broker.replica_manager import ReplicaManager
 
@@ -199,8 +199,8 @@ class GroupLagCollector(Collector):
     ) -> tuple[dict[str, dict[tuple[str, int], int]], dict[str, int], dict[tuple[str, int], int]]:
         for _ in range(READ_RETRIES):
             try:
-                committed = self.core.committed_offsets()
-                states = Tally(g.state.value for g in list(self.core.groups.values()))
+                committed = self.core.group_manager.committed_offsets()
+                states = Tally(g.state.value for g in list(self.core.group_manager.groups.values()))
                 hws = {tp: p.high_watermark for tp, p in list(self.manager.partitions.items())}
                 hws = {**self.remote(), **hws}  # a local replica's HW wins over a polled one
                 return committed, dict(states), hws
@@ -254,7 +254,7 @@ class BrokerMetrics:
         self, core: GroupCoordinator, remote: Callable[[], dict[tuple[str, int], int]] = dict
     ) -> None:
         """Export the committed offsets and lag of the groups ``core`` coordinates; ``remote()`` gives
-        the HWs of partitions not hosted here (``broker.group_lag``)."""
+        the HWs of partitions not hosted here (``broker.group.lag``)."""
         self.registry.register(GroupLagCollector(self._manager, core, remote))
 
     def observe_isr(self, partitions: Iterable[Partition]) -> None:

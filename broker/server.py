@@ -59,8 +59,9 @@ from broker.admin_forwarder import AdminForwarder
 from broker.config import GRPC_LISTENER, BrokerConfig, BrokerConfigError, KafkaListenerSpec, config_from
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
-from broker.group_lag import RemoteHighWatermarks
-from broker.group_service import GroupDriver, OffsetsTopic, group_config_from
+from broker.group.driver import GroupDriver, group_config_from
+from broker.group.lag import RemoteHighWatermarks
+from broker.group.offsets_topic import OffsetsTopic
 from broker.handlers.context import BrokerServices
 from broker.handlers.processor import RequestProcessor, build_handlers
 from broker.log_cleaner import LogCleanerDriver

@@ -40,8 +40,8 @@ class BrokerServices:
     producer_ids: ProducerIdManager | None = None
     # The (api key -> (min, max)) this broker advertises: filled by ``processor.build_handlers``.
     api_versions: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
-    groups: Any = None  # broker.group_service.GroupDriver, for the group APIs
-    offsets_topic: Any = None  # broker.group_service.OffsetsTopic, for FindCoordinator
+    groups: Any = None  # broker.group.driver.GroupDriver, for the group APIs
+    offsets_topic: Any = None  # broker.group.offsets_topic.OffsetsTopic, for FindCoordinator
     forward_admin: Callable[[str, Any], Awaitable[Any]] | None = None  # admin calls to the controller
     # Followers' incremental fetch sessions (KIP-227); session ids need not be reproducible here.
     fetch_sessions: FetchSessionCache = dataclasses.field(

@@ -4,8 +4,8 @@ FindCoordinator (10) v0-4, JoinGroup (11) v0-7, SyncGroup (14) v0-5, Heartbeat (
 LeaveGroup (13) v0-5, OffsetCommit (8) v0-8, OffsetFetch (9) v0-8, ListGroups (16) v0-4,
 DescribeGroups (15) v0-5, DeleteGroups (42) v0-2, OffsetDelete (47) v0.
 
-Every rule lives in the sans-I/O core (``broker.group_coordinator``), run by its driver
-(``broker.group_service.GroupDriver``); a handler converts the wire struct into the core's request,
+Every rule lives in the sans-I/O core (``broker.group.coordinator``), run by its driver
+(``broker.group.driver.GroupDriver``); a handler converts the wire struct into the core's request,
 calls the driver and builds the response of the request's version:
 
 - FindCoordinator creates ``__consumer_offsets`` on first use (``OffsetsTopic``) and answers the leader
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.group_metadata import NO_OFFSET
-from broker.group_requests import (
+from broker.group.metadata import NO_OFFSET
+from broker.group.requests import (
     OK,
     GroupError,
     HeartbeatRequest,
@@ -338,11 +338,11 @@ def handle_list_groups(
     services: BrokerServices, context: RequestContext, request: m.ListGroupsRequest
 ) -> m.ListGroupsResponse:
     core = services.groups.core
-    listed = core.handle_list_groups(tuple(request.states_filter)) if core.partition_count is not None else []
+    listed = core.handle_list_groups(tuple(request.states_filter))
     return m.ListGroupsResponse(
         throttle_time_ms=0,
         # Kafka answers the groups it has with COORDINATOR_LOAD_IN_PROGRESS while a partition loads.
-        error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if core.loading else 0,
+        error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if core.group_manager.loading else 0,
         groups=[
             m.ListGroupsResponseListedGroup(group_id=g.group_id, protocol_type=g.protocol_type,
                                             group_state=g.group_state)

@@ -139,7 +139,7 @@ def test_committed_offsets_survive_coordinator_sigkill(
 def test_lag_of_a_partition_hosted_on_another_broker(
     cluster: BrokerCluster, coordinator: Coordinator
 ) -> None:
-    """The coordinator polls the leader's HW for partitions it does not host (broker.group_lag)."""
+    """The coordinator polls the leader's HW for partitions it does not host (broker.group.lag)."""
     coordinator.find()
     other = next(
         s.node_id

@@ -18,8 +18,8 @@ from broker_cluster import BrokerCluster, running_cluster, wait_for
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from group_stub import SESSION_MS, Coordinator, committed_codes
 
-from broker.group_metadata import OFFSETS_TOPIC, GroupMetadataRecord, OffsetCommitRecord, OffsetsRecord
-from broker.offsets_codec import decode_record
+from broker.group.metadata import OFFSETS_TOPIC, GroupMetadataRecord, OffsetCommitRecord, OffsetsRecord
+from broker.group.record_serde import decode_record
 from proto.errors import ErrorCode
 
 pytestmark = pytest.mark.integration

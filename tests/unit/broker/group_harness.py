@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from broker.group_coordinator import Append, Effects, GroupConfig, GroupCoordinator
-from broker.group_metadata import GroupState, partition_for
-from broker.group_requests import (
+from broker.group.coordinator import Append, Effects, GroupConfig, GroupCoordinator
+from broker.group.metadata import GroupState, partition_for
+from broker.group.requests import (
     HeartbeatRequest,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -49,8 +49,8 @@ class Harness:
     def __post_init__(self) -> None:
         self.core = GroupCoordinator(self.config, random.Random(7))
         for p in range(PARTITIONS):
-            self.core.begin_loading(p, PARTITIONS)
-            self.core.complete_loading(p, self.now_ms)
+            self.core.on_election(p, PARTITIONS)
+            self.core.group_manager.complete_loading(p, self.now_ms)
 
     # ---- plumbing --------------------------------------------------------------------------------
 
@@ -95,7 +95,7 @@ class Harness:
         raise AssertionError(f"requests {[r for r in rids if r not in self.answers]} never answered")
 
     def state(self, group: str = GROUP) -> GroupState:
-        g = self.core.groups.get(group)
+        g = self.core.group_manager.groups.get(group)
         return GroupState.DEAD if g is None else g.state
 
     # ---- requests ------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ class Harness:
         return [leader] + [m for m in members if m != leader]
 
     def generation(self, group: str = GROUP) -> int:
-        return self.core.groups[group].generation_id
+        return self.core.group_manager.groups[group].generation_id
 
 
 def group_in_partition(partition: int) -> str:

@@ -1,4 +1,4 @@
-"""The group coordinator core (broker.group_coordinator): Kafka's classic rebalance protocol, as tables.
+"""The group coordinator core (broker.group.coordinator): Kafka's classic rebalance protocol, as tables.
 
 Each row names the rule it checks (Kafka's GroupCoordinator, KIP-394 member ids, KIP-345 static
 membership, KIP-814 static leader rejoin)."""
@@ -18,7 +18,7 @@ from group_harness import (
     protocols,
 )
 
-from broker.group_metadata import (
+from broker.group.metadata import (
     VALID_PREVIOUS_STATES,
     GroupMetadata,
     GroupMetadataRecord,
@@ -27,7 +27,7 @@ from broker.group_metadata import (
     java_string_hash,
     partition_for,
 )
-from broker.group_requests import JoinGroupResponse, OffsetFetchRequest
+from broker.group.requests import JoinGroupResponse, OffsetFetchRequest
 from proto.errors import ErrorCode as E
 
 S = GroupState
@@ -102,9 +102,9 @@ def test_first_join_needs_member_id_then_leads_generation_one() -> None:
 def test_two_members_leader_gets_all_metadata_follower_none() -> None:
     h = Harness()
     leader, follower = h.stable_group(2)
-    g = h.core.groups[GROUP]
+    g = h.core.group_manager.groups[GROUP]
     assert g.leader_id == leader and g.generation_id == 1 and set(g.members) == {leader, follower}
-    assert h.core.groups[GROUP].members[follower].assignment == follower.encode()
+    assert h.core.group_manager.groups[GROUP].members[follower].assignment == follower.encode()
     stored = [r for a in h.appended for r in a.records]
     assert isinstance(stored[-1], GroupMetadataRecord) and stored[-1].value.generation == 1
     assert {m.member_id: m.assignment for m in stored[-1].value.members} == {
@@ -265,7 +265,7 @@ def test_session_expiry_removes_member_and_rebalances() -> None:
     h.advance(SESSION_MS // 2 - 1)
     assert h.state() is S.STABLE
     h.advance(1)
-    assert h.state() is S.PREPARING_REBALANCE and follower not in h.core.groups[GROUP].members
+    assert h.state() is S.PREPARING_REBALANCE and follower not in h.core.group_manager.groups[GROUP].members
     assert h.heartbeat(leader, 1) == E.REBALANCE_IN_PROGRESS
     rid = h.join(member_id=leader)
     answer = h.answers[rid]  # the only member rejoined: no wait for the rebalance timeout
@@ -276,7 +276,7 @@ def _keep_alive_without_rejoining(h: Harness, member: str, duration_ms: int) -> 
     """A member whose poll loop is stuck: heartbeats go on (REBALANCE_IN_PROGRESS), no JoinGroup."""
     for _ in range(duration_ms // (SESSION_MS // 2)):
         h.advance(SESSION_MS // 2)
-        if member in h.core.groups[GROUP].members:
+        if member in h.core.group_manager.groups[GROUP].members:
             h.heartbeat(member, 1)
 
 
@@ -291,7 +291,7 @@ def test_rebalance_timeout_drops_members_that_do_not_rejoin() -> None:
     _keep_alive_without_rejoining(h, follower, SESSION_MS // 2)
     answer = h.answers[rid]
     assert answer.error.code == 0 and answer.generation_id == 2 and len(answer.members) == 1
-    assert follower not in h.core.groups[GROUP].members
+    assert follower not in h.core.group_manager.groups[GROUP].members
 
 
 def test_leader_that_does_not_rejoin_is_replaced_by_a_joined_member() -> None:
@@ -300,7 +300,7 @@ def test_leader_that_does_not_rejoin_is_replaced_by_a_joined_member() -> None:
     rid = h.join(member_id=follower, protos=protocols("range", metadata=b"changed"))
     _keep_alive_without_rejoining(h, leader, REBALANCE_MS)
     assert h.answers[rid].leader == follower and h.answers[rid].generation_id == 2
-    g = h.core.groups[GROUP]
+    g = h.core.group_manager.groups[GROUP]
     assert g.leader_id == follower and list(g.members) == [follower]
 
 
@@ -308,10 +308,10 @@ def test_pending_member_that_never_rejoins_expires() -> None:
     h = Harness()
     leader, _ = h.stable_group(2)
     pending = h.answers[h.join()].member_id
-    assert pending in h.core.groups[GROUP].pending_members
+    assert pending in h.core.group_manager.groups[GROUP].pending_members
     h.join(member_id=leader)  # rebalance: waits for the pending member too
     h.advance(SESSION_MS)
-    assert pending not in h.core.groups[GROUP].pending_members
+    assert pending not in h.core.group_manager.groups[GROUP].pending_members
 
 
 def test_member_missing_sync_is_removed_after_rebalance_timeout() -> None:
@@ -325,7 +325,7 @@ def test_member_missing_sync_is_removed_after_rebalance_timeout() -> None:
     for _ in range(REBALANCE_MS // 5_000):
         h.advance(5_000)
         h.heartbeat(a, 2)
-    assert b not in h.core.groups[GROUP].members and h.state() is S.PREPARING_REBALANCE
+    assert b not in h.core.group_manager.groups[GROUP].members and h.state() is S.PREPARING_REBALANCE
 
 
 def test_sync_in_completing_waits_for_leader_then_everyone_gets_assignment() -> None:
@@ -450,12 +450,12 @@ def test_static_member_not_removed_by_rebalance_timeout_but_by_session() -> None
     them); dynamic ones would be dropped."""
     h = Harness()
     ids = _static_group(h, ["i-a", "i-b"])
-    leader = h.core.groups[GROUP].leader_id
+    leader = h.core.group_manager.groups[GROUP].leader_id
     rid = h.join(member_id=leader, instance_id="i-a")
     for _ in range(REBALANCE_MS // (SESSION_MS // 2)):
         h.advance(SESSION_MS // 2)
         h.heartbeat(ids["i-b"], 1, instance_id="i-b")
-    g = h.core.groups[GROUP]
+    g = h.core.group_manager.groups[GROUP]
     assert h.answers[rid].generation_id == 2 and ids["i-b"] in g.members
     assert g.state is S.COMPLETING_REBALANCE
 
@@ -465,7 +465,7 @@ def test_static_member_not_removed_by_rebalance_timeout_but_by_session() -> None
 
 def test_standalone_commit_and_fetch() -> None:
     """generation -1 with an empty member id: accepted for a group without members (Kafka)."""
-    from broker.group_requests import OffsetFetchRequest
+    from broker.group.requests import OffsetFetchRequest
 
     h = Harness()
     answer = h.answers[h.commit("", -1, {("t", 0): 10, ("t", 1): 20}, metadata="m")]
@@ -494,7 +494,7 @@ def test_commit_metadata_too_large_is_per_partition() -> None:
 
 
 def test_commit_answers_after_append_and_failed_append_keeps_old_offset() -> None:
-    from broker.group_requests import OffsetFetchRequest
+    from broker.group.requests import OffsetFetchRequest
 
     h = Harness(auto_append=False)
     rid = h.commit("", -1, {("t", 0): 5})
@@ -543,7 +543,7 @@ def test_delete_groups(setup, code: E) -> None:
         tombstones = [r for a in h.appended[before:] for r in a.records]
         assert {type(r) for r in tombstones} == {OffsetCommitRecord, GroupMetadataRecord}
         assert all(r.value is None for r in tombstones)
-        assert GROUP not in h.core.groups
+        assert GROUP not in h.core.group_manager.groups
 
 
 def _delete(h: Harness) -> int:
@@ -557,11 +557,11 @@ def _delete(h: Harness) -> int:
 
 def test_groups_of_partitions_not_led_here_are_refused() -> None:
     h = Harness()
-    h.apply(h.core.unload(0))
+    h.apply(h.core.on_resignation(0))
     elsewhere = group_in_partition(0)
     assert h.answers[h.join(group=elsewhere)].error.code == E.NOT_COORDINATOR
     assert h.core.handle_describe_group(elsewhere).error.code == E.NOT_COORDINATOR
-    h.apply(h.core.begin_loading(0, PARTITIONS))
+    h.apply(h.core.on_election(0, PARTITIONS))
     assert h.answers[h.join(group=elsewhere)].error.code == E.COORDINATOR_LOAD_IN_PROGRESS
     answer = h.answers[h.commit("", -1, {("t", 0): 1}, group=elsewhere)]
     assert answer.error.code == E.COORDINATOR_LOAD_IN_PROGRESS
@@ -571,9 +571,9 @@ def test_unload_answers_parked_requests_not_coordinator() -> None:
     h = Harness()
     leader, follower = h.stable_group(2)
     rid = h.join(member_id=leader)
-    h.apply(h.core.unload(h.core.partition_of(GROUP)))
+    h.apply(h.core.on_resignation(h.core.group_manager.partition_of(GROUP)))
     assert h.answers[rid].error.code == E.NOT_COORDINATOR
-    assert GROUP not in h.core.groups
+    assert GROUP not in h.core.group_manager.groups
     assert h.heartbeat(follower, 1) == E.NOT_COORDINATOR
 
 
@@ -591,21 +591,21 @@ def test_reload_from_records_restores_groups_and_offsets() -> None:
 
     fresh = Harness()
     for p in range(PARTITIONS):
-        fresh.apply(fresh.core.unload(p))
-        fresh.apply(fresh.core.begin_loading(p, PARTITIONS))
+        fresh.apply(fresh.core.on_resignation(p))
+        fresh.apply(fresh.core.on_election(p, PARTITIONS))
     for partition, record in records:
-        fresh.core.replay(partition, record)
+        fresh.core.group_manager.replay(partition, record)
     for p in range(PARTITIONS):
-        fresh.core.complete_loading(p, fresh.now_ms)
-    g = fresh.core.groups[GROUP]
+        fresh.core.group_manager.complete_loading(p, fresh.now_ms)
+    g = fresh.core.group_manager.groups[GROUP]
     assert g.state is S.STABLE and g.generation_id == 1 and g.leader_id == leader
     assert {m: x.assignment for m, x in g.members.items()} == {
         leader: leader.encode(),
         follower: follower.encode(),
     }
     assert {tp: o.offset for tp, o in g.offsets.items()} == {("t", 0): 9, ("t", 1): 8}
-    assert "gone" not in fresh.core.groups
-    assert fresh.core.groups["solo"].state is S.EMPTY
+    assert "gone" not in fresh.core.group_manager.groups
+    assert fresh.core.group_manager.groups["solo"].state is S.EMPTY
     assert fresh.heartbeat(follower, 1) == E.NONE
     fresh.advance(SESSION_MS + 1)  # nobody heartbeats: both expire, the group empties
     assert fresh.state() in (S.PREPARING_REBALANCE, S.EMPTY)
@@ -615,12 +615,12 @@ def _loading_copy(h: Harness, partition: int) -> Harness:
     """A second coordinator that has begun loading ``partition`` and replayed ``h``'s records for it
     (the failover of ``h``'s broker), with the load not completed yet."""
     fresh = Harness(now_ms=h.now_ms)
-    fresh.apply(fresh.core.unload(partition))
-    fresh.apply(fresh.core.begin_loading(partition, PARTITIONS))
+    fresh.apply(fresh.core.on_resignation(partition))
+    fresh.apply(fresh.core.on_election(partition, PARTITIONS))
     for append in h.appended:
         for record in append.records:
             if append.partition == partition:
-                fresh.core.replay(partition, record)
+                fresh.core.group_manager.replay(partition, record)
     return fresh
 
 
@@ -632,7 +632,7 @@ def test_groups_being_loaded_are_invisible_until_the_load_completes() -> None:
     ListGroups does not show the group. The failover keeps the members and their generation."""
     h = Harness()
     leader, follower = h.stable_group(2)
-    partition = h.core.partition_of(GROUP)
+    partition = h.core.group_manager.partition_of(GROUP)
     fresh = _loading_copy(h, partition)
     assert fresh.core.next_deadline_ms() is None
     fresh.now_ms += 10 * SESSION_MS  # the timer fires mid-load, long after the records were written
@@ -642,11 +642,11 @@ def test_groups_being_loaded_are_invisible_until_the_load_completes() -> None:
     assert fresh.answers[fresh.join(member_id=leader)].error.code == E.COORDINATOR_LOAD_IN_PROGRESS
     assert fresh.answers[fresh.sync(leader, 1)].error.code == E.COORDINATOR_LOAD_IN_PROGRESS
     assert fresh.core.handle_describe_group(GROUP).error.code == E.COORDINATOR_LOAD_IN_PROGRESS
-    assert fresh.core.handle_list_groups(()) == [] and fresh.core.committed_offsets() == {}
-    assert fresh.appended == [] and GROUP not in fresh.core.groups
+    assert fresh.core.handle_list_groups(()) == [] and fresh.core.group_manager.committed_offsets() == {}
+    assert fresh.appended == [] and GROUP not in fresh.core.group_manager.groups
 
-    fresh.core.complete_loading(partition, fresh.now_ms)
-    g = fresh.core.groups[GROUP]
+    fresh.core.group_manager.complete_loading(partition, fresh.now_ms)
+    g = fresh.core.group_manager.groups[GROUP]
     assert g.state is S.STABLE and g.generation_id == 1 and set(g.members) == {leader, follower}
     assert fresh.core.next_deadline_ms() == fresh.now_ms + SESSION_MS  # sessions start at the load
     assert fresh.heartbeat(leader, 1) == E.NONE and fresh.heartbeat(follower, 1) == E.NONE
@@ -659,14 +659,15 @@ def test_unload_during_a_load_discards_the_replayed_groups() -> None:
     h = Harness()
     (leader,) = h.stable_group(1)
     h.commit(leader, 1, {("t", 0): 5})
-    partition = h.core.partition_of(GROUP)
+    partition = h.core.group_manager.partition_of(GROUP)
     fresh = _loading_copy(h, partition)
-    fresh.apply(fresh.core.unload(partition))
+    fresh.apply(fresh.core.on_resignation(partition))
     assert fresh.answers == {}
     assert fresh.heartbeat("any", 1) == E.NOT_COORDINATOR
-    fresh.apply(fresh.core.begin_loading(partition, PARTITIONS))
-    fresh.core.complete_loading(partition, fresh.now_ms)  # an empty log this time
-    assert GROUP not in fresh.core.groups and fresh.core.handle_describe_group(GROUP).group_state == "Dead"
+    fresh.apply(fresh.core.on_election(partition, PARTITIONS))
+    fresh.core.group_manager.complete_loading(partition, fresh.now_ms)  # an empty log this time
+    assert GROUP not in fresh.core.group_manager.groups
+    assert fresh.core.handle_describe_group(GROUP).group_state == "Dead"
     assert fresh.core.handle_offset_fetch(OffsetFetchRequest(GROUP, None)).partitions == {}
 
 
@@ -679,7 +680,7 @@ def _delete_group(h: Harness, group: str) -> None:
 def test_committed_offsets_for_lag() -> None:
     h = Harness()
     h.commit("", -1, {("t", 0): 4})
-    assert h.core.committed_offsets() == {GROUP: {("t", 0): 4}}
+    assert h.core.group_manager.committed_offsets() == {GROUP: {("t", 0): 4}}
 
 
 def test_cores_are_sans_io() -> None:
@@ -688,8 +689,8 @@ def test_cores_are_sans_io() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3]
-    cores = ("group_coordinator", "group_manager", "group_metadata", "group_requests")
-    for rel in (f"broker/{name}.py" for name in cores):
+    cores = ("coordinator", "metadata_manager", "metadata", "requests", "record_serde")
+    for rel in (f"broker/group/{name}.py" for name in cores):
         tree = ast.parse((root / rel).read_text())
         names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {

@@ -17,8 +17,8 @@ import random
 import pytest
 from group_harness import GROUP, REBALANCE_MS, SESSION_MS, Harness
 
-from broker.group_metadata import GroupState
-from broker.group_requests import JoinGroupResponse, SyncGroupResponse
+from broker.group.metadata import GroupState
+from broker.group.requests import JoinGroupResponse, SyncGroupResponse
 from proto.errors import ErrorCode as E
 
 SEEDS = range(100)
@@ -136,4 +136,4 @@ def test_random_schedules_answer_everything_and_never_mix_generations(seed: int)
     h.finish_appends()
     missing = [rid for rid in sent if rid not in h.answers]
     assert not missing, f"seed {seed}: requests never answered: {missing}"
-    assert h.state(GROUP) in (GroupState.EMPTY, GroupState.DEAD), h.core.groups.get(GROUP)
+    assert h.state(GROUP) in (GroupState.EMPTY, GroupState.DEAD), h.core.group_manager.groups.get(GROUP)

@@ -1,4 +1,4 @@
-"""``__consumer_offsets`` records as bytes in Kafka's own format (broker.offsets_codec: OffsetCommitKey /
+"""``__consumer_offsets`` records as bytes in Kafka's own format (broker.group.record_serde: OffsetCommitKey /
 OffsetCommitValue, GroupMetadataKey / GroupMetadataValue of apache/kafka's group coordinator) and the
 consumer-group gauges (broker.metrics)."""
 
@@ -13,21 +13,21 @@ from group_harness import GROUP, Harness
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.group_metadata import (
+from broker.group.metadata import (
     GroupMetadataRecord,
     GroupSnapshot,
     MemberSnapshot,
     OffsetAndMetadata,
     OffsetCommitRecord,
 )
-from broker.metrics import BrokerMetrics
-from broker.offsets_codec import (
+from broker.group.record_serde import (
     CorruptOffsetsRecordError,
     decode_batches,
     decode_record,
     encode_batch,
     encode_record,
 )
+from broker.metrics import BrokerMetrics
 from broker.partition import Role
 from proto.kafka import codec
 

@@ -1,7 +1,7 @@
 """Offset expiration (KIP-211, Kafka's ``GroupMetadataManager.cleanupGroupMetadata``) and the offsets
 of deleted topics, on the sans-I/O coordinator with a virtual clock and short settings.
 
-Rules (``broker.group_manager.expired_offsets``): a group with members keeps its offsets however old;
+Rules (``broker.group.metadata_manager.expired_offsets``): a group with members keeps its offsets however old;
 an Empty consumer group loses all of them ``offsets.retention.minutes`` after it became Empty (the
 state timestamp stored in its GroupMetadata record, so a coordinator that loads the group later
 counts from the same instant); a group of standalone commits loses each offset that long after its
@@ -16,8 +16,8 @@ import struct
 
 from group_harness import CONFIG, GROUP, PARTITIONS, SESSION_MS, Harness, protocols
 
-from broker.group_metadata import GroupMetadataRecord, GroupState, OffsetCommitRecord
-from broker.group_requests import OffsetFetchRequest
+from broker.group.metadata import GroupMetadataRecord, GroupState, OffsetCommitRecord
+from broker.group.requests import OffsetFetchRequest
 
 S = GroupState
 RETENTION_MS = 60_000
@@ -89,7 +89,7 @@ def test_an_empty_group_loses_its_offsets_retention_after_it_became_empty() -> N
     h.advance(RETENTION_MS - 1)
     assert committed(h) == {("t", 0): 5, ("t", 1): 6}, "expired before the retention passed"
     h.advance(CHECK_MS + 1)  # the first check at or after the retention
-    assert committed(h) == {} and h.state() is S.DEAD and GROUP not in h.core.groups
+    assert committed(h) == {} and h.state() is S.DEAD and GROUP not in h.core.group_manager.groups
     assert tombstones(h, before) == [
         OffsetCommitRecord(GROUP, "t", 0, None),
         OffsetCommitRecord(GROUP, "t", 1, None),
@@ -110,7 +110,7 @@ def test_standalone_commits_expire_each_retention_after_its_commit() -> None:
     assert tombstones(h) == [OffsetCommitRecord(GROUP, "t", 0, None)]
     assert h.state() is S.EMPTY, "a group that still has offsets stays"
     h.advance(RETENTION_MS // 2)
-    assert committed(h) == {} and GROUP not in h.core.groups
+    assert committed(h) == {} and GROUP not in h.core.group_manager.groups
     assert tombstones(h)[1:] == [OffsetCommitRecord(GROUP, "t", 1, None), GroupMetadataRecord(GROUP, None)]
 
 
@@ -122,9 +122,9 @@ def test_a_commit_being_appended_does_not_expire_and_keeps_its_group() -> None:
     assert committed(h) == {}
     h.auto_append = False
     rid = h.commit("", -1, {("t", 0): 2})  # an old group id again: re-created by the commit
-    old = h.core.groups[GROUP]
-    h.apply(h.core.expire_offsets(h.now_ms + 10 * RETENTION_MS))
-    assert h.core.groups.get(GROUP) is old, "the group of a commit in flight was removed"
+    old = h.core.group_manager.groups[GROUP]
+    h.apply(h.core.group_manager.cleanup_expired_offsets(h.now_ms + 10 * RETENTION_MS))
+    assert h.core.group_manager.groups.get(GROUP) is old, "the group of a commit in flight was removed"
     assert [a.records for a in h.held] == [(OffsetCommitRecord(GROUP, "t", 0, h.held[0].records[0].value),)]
     h.finish_appends()
     assert h.answers[rid].partitions[("t", 0)].code == 0
@@ -151,7 +151,7 @@ def test_deleted_topics_take_their_offsets_from_every_group() -> None:
     before = len(h.appended)
     h.apply(h.core.handle_deleted_topics(frozenset({"t"}), h.now_ms))
     assert committed(h) == {("u", 0): 6} and h.state() is S.STABLE
-    assert committed(h, "solo") == {} and "solo" not in h.core.groups
+    assert committed(h, "solo") == {} and "solo" not in h.core.group_manager.groups
     assert sorted(map(repr, tombstones(h, before))) == sorted(
         map(
             repr,
@@ -168,13 +168,13 @@ def reload(h: Harness, now_ms: int) -> Harness:
     """Another coordinator loads every offsets partition from ``h``'s records at ``now_ms``."""
     fresh = Harness(config=h.config, now_ms=now_ms)
     for p in range(PARTITIONS):
-        fresh.apply(fresh.core.unload(p))
-        fresh.apply(fresh.core.begin_loading(p, PARTITIONS))
+        fresh.apply(fresh.core.on_resignation(p))
+        fresh.apply(fresh.core.on_election(p, PARTITIONS))
     for append in h.appended:
         for record in append.records:
-            fresh.core.replay(append.partition, record)
+            fresh.core.group_manager.replay(append.partition, record)
     for p in range(PARTITIONS):
-        fresh.core.complete_loading(p, now_ms)
+        fresh.core.group_manager.complete_loading(p, now_ms)
     return fresh
 
 
@@ -184,9 +184,9 @@ def test_a_reload_does_not_bring_expired_offsets_back() -> None:
     h.apply(h.core.handle_deleted_topics(frozenset({"t"}), h.now_ms))
     h.commit("", -1, {("u", 0): 1}, group="other")
     h.advance(RETENTION_MS)
-    assert h.core.groups == {}
+    assert h.core.group_manager.groups == {}
     fresh = reload(h, h.now_ms)
-    assert fresh.core.groups == {}
+    assert fresh.core.group_manager.groups == {}
 
 
 def test_a_loaded_empty_group_counts_from_when_it_became_empty() -> None:
@@ -203,4 +203,4 @@ def test_a_loaded_empty_group_counts_from_when_it_became_empty() -> None:
     fresh.advance(emptied_ms + RETENTION_MS - 1 - fresh.now_ms)
     assert committed(fresh) == {("t", 0): 5}
     fresh.advance(CHECK_MS + 1)
-    assert committed(fresh) == {} and GROUP not in fresh.core.groups
+    assert committed(fresh) == {} and GROUP not in fresh.core.group_manager.groups

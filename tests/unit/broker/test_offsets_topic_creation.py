@@ -1,4 +1,4 @@
-"""FindCoordinator (``broker.group_service.OffsetsTopic``, behind the Kafka handler) creates
+"""FindCoordinator (``broker.group.offsets_topic``) creates
 ``__consumer_offsets`` as Kafka does: compacted, with ``offsets.topic.num.partitions`` partitions,
 ``offsets.topic.replication.factor`` (or min(3, live brokers)) replicas and ``segment.bytes =
 offsets.topic.segment.bytes`` — small segments, because the cleaner never compacts the active segment
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from broker.config import BrokerConfigError, BrokerSettings, add_arguments, config_from
-from broker.group_service import OffsetsTopic
+from broker.group.offsets_topic import OffsetsTopic
 from proto import admin_pb2, common_pb2
 from proto.errors import ErrorCode
 
@@ -50,7 +50,7 @@ def find_coordinator(topic_args: dict, brokers: int) -> tuple[admin_pb2.CreateTo
     driver = SimpleNamespace(core=None, manager=SimpleNamespace(image=FakeImage(brokers)))
     offsets_topic = OffsetsTopic(driver, forward_admin, **topic_args)  # type: ignore[arg-type]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("broker.group_service.TOPIC_WAIT_S", 0.05)
+        mp.setattr("broker.group.offsets_topic.TOPIC_WAIT_S", 0.05)
         response = asyncio.run(offsets_topic.find_coordinator("billing"))
     (create,) = sent
     return create, response

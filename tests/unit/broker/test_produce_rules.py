@@ -59,7 +59,7 @@ def test_client_cannot_append_to_an_internal_topic(broker: Broker) -> None:
     assert got.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
     assert got.error_message == "Cannot append to internal topic __consumer_offsets"
     assert _log_end_offset(broker, OFFSETS_TOPIC) == 0
-    answers: dict = {}  # the group coordinator's path (broker.group_service) stays open
+    answers: dict = {}  # the group coordinator's path (broker.group.driver) stays open
     item = ProduceRequestPartition((OFFSETS_TOPIC, 0), build_batch([RECORD]), None)
     broker.manager.produce(1, 1000, [item], 0, answers.update, origin=AppendOrigin.COORDINATOR)
     assert answers[(OFFSETS_TOPIC, 0)].code == ErrorCode.NONE

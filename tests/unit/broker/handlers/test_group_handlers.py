@@ -16,9 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.group_coordinator import GroupConfig
-from broker.group_metadata import OFFSETS_TOPIC, partition_for
-from broker.group_service import GroupDriver, OffsetsTopic
+from broker.group.coordinator import GroupConfig
+from broker.group.driver import GroupDriver
+from broker.group.metadata import OFFSETS_TOPIC, partition_for
+from broker.group.offsets_topic import OffsetsTopic
 from broker.handlers import groups
 from broker.handlers.context import BrokerServices, RequestContext
 from broker.replica_manager import ProduceResult
@@ -83,8 +84,8 @@ class Harness:
             5_000,
             now_ms=lambda: self.now_ms,  # type: ignore[arg-type]
         )
-        self.driver.core.begin_loading(led, OFFSETS_PARTITIONS)
-        self.driver.core.complete_loading(led, self.now_ms)
+        self.driver.core.on_election(led, OFFSETS_PARTITIONS)
+        self.driver.core.group_manager.complete_loading(led, self.now_ms)
         self.unknown_group = next(  # a group that does not exist but would be coordinated here
             f"unknown-{i}" for i in range(100) if partition_for(f"unknown-{i}", OFFSETS_PARTITIONS) == led
         )
@@ -359,7 +360,7 @@ def test_a_loading_offsets_partition_answers_coordinator_load_in_progress(h: Har
     """Right after this broker became leader of the group's offsets partition, until its log is
     replayed: clients retry (Kafka's COORDINATOR_LOAD_IN_PROGRESS), and ListGroups says so too."""
     led = partition_for(GROUP, OFFSETS_PARTITIONS)
-    h.driver.core.begin_loading(led, OFFSETS_PARTITIONS)
+    h.driver.core.on_election(led, OFFSETS_PARTITIONS)
     assert h.call(ApiKey.JOIN_GROUP, 7, join()).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     fetched = h.call(ApiKey.OFFSET_FETCH, 7, m.OffsetFetchRequest(group_id=GROUP, topics=None))
     assert fetched.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -367,7 +368,7 @@ def test_a_loading_offsets_partition_answers_coordinator_load_in_progress(h: Har
         h.call(ApiKey.LIST_GROUPS, 3, m.ListGroupsRequest()).error_code
         == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     )
-    h.driver.core.complete_loading(led, h.now_ms)
+    h.driver.core.group_manager.complete_loading(led, h.now_ms)
     assert h.call(ApiKey.JOIN_GROUP, 7, join()).error_code == ErrorCode.MEMBER_ID_REQUIRED
 
 
@@ -376,5 +377,5 @@ def test_join_group_v0_uses_the_session_timeout_as_rebalance_timeout(h: Harness)
     request.rebalance_timeout_ms = 99_999  # not on the wire in v0
     r = h.call(ApiKey.JOIN_GROUP, 0, request)
     assert r.error_code == 0
-    member = h.driver.core.groups[GROUP].members[r.member_id]
+    member = h.driver.core.group_manager.groups[GROUP].members[r.member_id]
     assert member.rebalance_timeout_ms == member.session_timeout_ms == 10_000

@@ -41,7 +41,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from broker.group_metadata import (
+from broker.group.metadata import (
     NO_EPOCH,
     GroupMetadataRecord,
     GroupSnapshot,

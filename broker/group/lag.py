@@ -16,7 +16,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from broker.group_coordinator import GroupCoordinator
+from broker.group.coordinator import GroupCoordinator
 from broker.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.replica_manager import ReplicaManager
 from metadata.records import NO_LEADER
@@ -81,7 +81,7 @@ class RemoteHighWatermarks:
         """Leader broker -> the committed partitions not hosted here that it leads."""
         image = self.manager.image
         by_leader: dict[int, set[TP]] = {}
-        for offsets in self.core.committed_offsets().values():
+        for offsets in self.core.group_manager.committed_offsets().values():
             for tp in offsets:
                 topic = image.topic_by_name(tp[0])
                 if tp in self.manager.partitions or topic is None or tp[1] not in topic.partitions:

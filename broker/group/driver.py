@@ -1,4 +1,4 @@
-"""The asyncio driver of the sans-I/O ``broker.group_coordinator.GroupCoordinator`` on a data broker;
+"""The asyncio driver of the sans-I/O ``broker.group.coordinator.GroupCoordinator`` on a data broker;
 the Kafka group APIs (``broker.handlers.groups``) call it.
 
 The driver (``GroupDriver``) does the coordinator's I/O on the broker's event loop:
@@ -18,31 +18,22 @@ The driver (``GroupDriver``) does the coordinator's I/O on the broker's event lo
   load task (the partition's log from its start to its end, replayed in chunks, yielding to the loop
   between them; requests meanwhile answer COORDINATOR_LOAD_IN_PROGRESS); losing it unloads. A load
   that is overtaken by another role change stops without effect (a token per partition).
-
-FindCoordinator creates ``__consumer_offsets`` on first use through the controllers
-(``offsets.topic.num.partitions``, ``offsets.topic.replication.factor`` or min(3, live brokers),
-``cleanup.policy=compact``, ``segment.bytes`` = ``offsets.topic.segment.bytes`` so segments roll and
-get compacted) and names the leader of ``partition_for(group)``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from broker.group_coordinator import Append, Effects, GroupConfig, GroupCoordinator
-from broker.group_metadata import OFFSETS_TOPIC, partition_for
-from broker.group_requests import OK, GroupError, error
-from broker.offsets_codec import CorruptOffsetsRecordError, decode_batches, decode_record, encode_batch
+from broker.group.coordinator import Append, Effects, GroupConfig, GroupCoordinator
+from broker.group.metadata import OFFSETS_TOPIC
+from broker.group.record_serde import CorruptOffsetsRecordError, decode_batches, decode_record, encode_batch
 from broker.partition import ACKS_ALL
 from broker.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
 from metadata.image import MetadataImage
-from metadata.records import NO_LEADER
-from proto import admin_pb2
 from proto.errors import ErrorCode
 from proto.logfmt import log_event
 from storage.log import wall_clock_ms
@@ -52,11 +43,6 @@ log = logging.getLogger(__name__)
 
 LOAD_CHUNK_BYTES = 1 << 20
 LOAD_RETRY_S = 1.0
-TOPIC_WAIT_S = 3.0  # how long FindCoordinator waits for a just-created offsets topic to get leaders
-TOPIC_POLL_S = 0.05
-COMPACT = {"cleanup.policy": "compact"}
-
-CreateTopics = Callable[[str, Any], Awaitable[Any]]  # (admin method, request) -> response
 
 
 class GroupDriver:
@@ -183,13 +169,13 @@ class GroupDriver:
         if is_leader and count is not None:
             token = object()
             self._load_tokens[partition] = token
-            self.dispatch(self.core.begin_loading(partition, count))
+            self.dispatch(self.core.on_election(partition, count))
             task = asyncio.get_running_loop().create_task(self._load(partition, token, leader_epoch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        elif partition in self.core.loaded | self.core.loading:
+        elif partition in self.core.group_manager.loaded | self.core.group_manager.loading:
             self._load_tokens.pop(partition, None)
-            self.dispatch(self.core.unload(partition))
+            self.dispatch(self.core.on_resignation(partition))
             log_event(log, logging.INFO, "groups_unloaded", topic=OFFSETS_TOPIC, partition=partition)
 
     async def _load(self, partition: int, token: object, leader_epoch: int) -> None:
@@ -204,11 +190,11 @@ class GroupDriver:
                 await asyncio.sleep(LOAD_RETRY_S)
                 count = self.partition_count()
                 if self._load_tokens.get(partition) is token and count is not None:
-                    self.dispatch(self.core.begin_loading(partition, count))  # start over from a clean slate
+                    self.dispatch(self.core.on_election(partition, count))  # start over from a clean slate
                 continue
             if loaded is None:  # superseded by a newer role change
                 return
-            self.core.complete_loading(partition, self.now_ms())
+            self.core.group_manager.complete_loading(partition, self.now_ms())
             self._reschedule()
             log_event(log, logging.INFO, "groups_loaded", topic=OFFSETS_TOPIC, partition=partition,
                       records=loaded[0], end_offset=loaded[1], leader_epoch=leader_epoch)  # fmt: skip
@@ -236,7 +222,7 @@ class GroupDriver:
                 if key is None and value is None:
                     continue
                 try:
-                    self.core.replay(partition, decode_record(key, value))
+                    self.core.group_manager.replay(partition, decode_record(key, value))
                     records += 1
                 except CorruptOffsetsRecordError as exc:  # Kafka fails the load; we report and go on
                     log_event(log, logging.ERROR, "offsets_record_skipped", topic=OFFSETS_TOPIC,
@@ -247,85 +233,6 @@ class GroupDriver:
             self._timer.cancel()
         for task in list(self._tasks):
             task.cancel()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Coordinator:
-    """FindCoordinator's answer for one group: its coordinator's broker id and offsets partition, or
-    an error (then ``node_id`` and ``partition`` are -1)."""
-
-    error: GroupError
-    node_id: int = -1
-    partition: int = -1
-
-
-class OffsetsTopic:
-    """FindCoordinator's part: creates ``__consumer_offsets`` on first use and names the leader of the
-    group's offsets partition."""
-
-    def __init__(
-        self,
-        driver: GroupDriver,
-        forward_admin: CreateTopics,
-        num_partitions: int,
-        replication_factor: int,
-        segment_bytes: int = 104_857_600,
-    ) -> None:
-        self.driver = driver
-        self.forward_admin = forward_admin
-        self.num_partitions = num_partitions
-        self.replication_factor = replication_factor
-        self.topic_configs = {**COMPACT, "segment.bytes": str(segment_bytes)}
-
-    async def find_coordinator(self, group_id: str) -> Coordinator:
-        if not group_id:
-            return Coordinator(error(ErrorCode.INVALID_GROUP_ID, "the group id (key) must not be empty"))
-        if self.driver.manager.image.topic_by_name(OFFSETS_TOPIC) is None:
-            problem = await self._create_offsets_topic()
-            if problem is not None:
-                return Coordinator(error(ErrorCode.COORDINATOR_NOT_AVAILABLE, problem))
-        topic = self.driver.manager.image.topic_by_name(OFFSETS_TOPIC)
-        assert topic is not None
-        partition = partition_for(group_id, len(topic.partitions))
-        leader = topic.partitions[partition].leader
-        if leader == NO_LEADER:
-            return Coordinator(
-                error(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    f"{OFFSETS_TOPIC}-{partition} has no leader now; retry",
-                )
-            )
-        return Coordinator(OK, leader, partition)
-
-    async def _create_offsets_topic(self) -> str | None:
-        """Create ``__consumer_offsets`` (an existing one is fine), then wait until every partition has
-        a leader in this broker's metadata. Returns a problem to report, or None."""
-        image = self.driver.manager.image
-        replication = self.replication_factor
-        if replication < 0:
-            replication = max(1, min(3, len(image.usable_brokers())))
-        request = admin_pb2.CreateTopicsRequest(
-            topics=[
-                admin_pb2.CreateTopicsRequest.CreatableTopic(
-                    name=OFFSETS_TOPIC,
-                    num_partitions=self.num_partitions,
-                    replication_factor=replication,
-                    configs=self.topic_configs,
-                )
-            ]
-        )
-        response = await self.forward_admin("CreateTopics", request)
-        code = response.error.code or (response.topics[0].error.code if response.topics else 0)
-        if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-            message = response.error.message or (response.topics[0].error.message if response.topics else "")
-            return f"creating {OFFSETS_TOPIC} failed: {ErrorCode(code).name} {message}; retry"
-        deadline = asyncio.get_running_loop().time() + TOPIC_WAIT_S
-        while asyncio.get_running_loop().time() < deadline:
-            topic = self.driver.manager.image.topic_by_name(OFFSETS_TOPIC)
-            if topic is not None and all(p.leader != NO_LEADER for p in topic.partitions.values()):
-                return None
-            await asyncio.sleep(TOPIC_POLL_S)
-        return f"{OFFSETS_TOPIC} is being created; retry"
 
 
 def group_config_from(settings: Any) -> GroupConfig:

@@ -1,36 +1,37 @@
-"""Kafka's GroupMetadataManager as a sans-I/O core: the groups of the ``__consumer_offsets``
-partitions this broker leads, their loading and unloading, and what is stored in the log.
+"""Kafka's ``GroupMetadataManager`` as a sans-I/O core: the groups of the ``__consumer_offsets``
+partitions this broker leads, their loading and unloading, what is stored in the log, and the cleanup
+of expired offsets. The group protocol itself is ``broker.group.coordinator.GroupCoordinator``, which
+holds one of these (``group_manager``) and validates requests before calling it, as Kafka's
+``GroupCoordinator`` holds its ``GroupMetadataManager``.
 
 - ``begin_loading`` / ``replay`` / ``complete_loading`` (this broker became leader of a partition:
   its log is replayed in order into a staging map of that partition, apart from ``groups``; as in
   Kafka's ``doLoadGroupsAndOffsets`` the loaded groups join ``groups`` only in ``complete_loading``,
-  so until then timers, requests (COORDINATOR_LOAD_IN_PROGRESS), ListGroups and DescribeGroups
-  do not see them) and ``unload`` (leadership moved: parked requests answer NOT_COORDINATOR, the
-  partition's groups, loaded or still loading, are forgotten);
-- appends: ``_append`` returns an ``Append`` in the ``Effects``; the driver appends it with acks=all
-  and reports back with ``complete_append``, which runs the continuation given with it (group
-  metadata after a rebalance, offsets after a commit, tombstones after a delete);
-- reads: OffsetFetch, ListGroups, DescribeGroups, committed offsets for the lag gauges;
-- offset expiration (``expire_offsets``, KIP-211, Kafka's ``cleanupGroupMetadata``): every
-  ``offsets.retention.check.interval.ms`` (a deadline of ``next_deadline_ms``, run by ``tick``) the
-  offsets past ``offsets.retention.minutes`` are removed and tombstoned (rules: ``expired_offsets``);
-  ``handle_deleted_topics`` removes the offsets of deleted topics at once. An Empty group left
-  without offsets is removed (a GroupMetadata tombstone). Times are wall-clock milliseconds: they
-  are stored in the records (commit and state timestamps) and compared after a restart or a
-  coordinator move, as in Kafka.
+  so until then timers, requests (COORDINATOR_LOAD_IN_PROGRESS), ListGroups and DescribeGroups do not
+  see them) and ``remove_groups_for_partition`` (leadership moved: the partition's groups, loaded or
+  still loading, are forgotten and handed back, so that the coordinator answers their parked
+  requests);
+- appends: ``append_for_group`` returns an ``Append`` in the ``Effects``; the driver appends it with
+  acks=all and reports back with ``complete_append``, which runs the continuation given with it
+  (``store_group`` after a rebalance, ``store_offsets`` after a commit, tombstones after a delete);
+- reads: ``get_offsets`` (OffsetFetch), committed offsets for the lag gauges;
+- offset expiration (``cleanup_expired_offsets``, KIP-211, Kafka's ``cleanupGroupMetadata``): every
+  ``offsets.retention.check.interval.ms`` (``offsets_check_deadline_ms``, run by the coordinator's
+  ``tick``) the offsets past ``offsets.retention.minutes`` are removed and tombstoned (rules:
+  ``expired_offsets``); ``cleanup_deleted_topics`` removes the offsets of deleted topics at once. An
+  Empty group left without offsets is removed (a GroupMetadata tombstone). Times are wall-clock
+  milliseconds: they are stored in the records (commit and state timestamps) and compared after a
+  restart or a coordinator move, as in Kafka.
 
-The group protocol itself (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit's fencing,
-DeleteGroups, timers) is ``broker.group_coordinator.GroupCoordinator``, a subclass. No I/O, no
-clock, no threads.
+No I/O, no clock, no threads.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.group_metadata import (
+from broker.group.metadata import (
     CONSUMER_PROTOCOL_TYPE,
     NO_GENERATION,
     NO_OFFSET,
@@ -43,20 +44,13 @@ from broker.group_metadata import (
     OffsetsRecord,
     partition_for,
 )
-from broker.group_requests import (
+from broker.group.requests import (
     OK,
-    DescribedGroup,
-    DescribedGroupMember,
     FetchedOffset,
     GroupError,
     GroupResponse,
-    JoinGroupResponse,
-    ListedGroup,
     OffsetCommitRequest,
     OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupResponse,
     error,
 )
 from proto.errors import ErrorCode
@@ -164,20 +158,11 @@ def _ignore_outcome(result: GroupError, now_ms: int, fx: Effects) -> None:
     """Tombstones of expired offsets answer nobody (Kafka logs and goes on)."""
 
 
-def join_error(code: ErrorCode, message: str, member_id: str = "") -> JoinGroupResponse:
-    return JoinGroupResponse(error(code, message), member_id=member_id)
-
-
-def sync_error(code: ErrorCode, message: str) -> SyncGroupResponse:
-    return SyncGroupResponse(error(code, message))
-
-
 class GroupMetadataManager:
     """The groups of the offsets partitions led here, and their records (see the module docstring)."""
 
-    def __init__(self, config: GroupConfig, rng: random.Random) -> None:
+    def __init__(self, config: GroupConfig) -> None:
         self.config = config
-        self.rng = rng
         self.partition_count: int | None = None
         self.groups: dict[str, GroupMetadata] = {}
         self.loaded: set[int] = set()
@@ -194,13 +179,13 @@ class GroupMetadataManager:
         assert self.partition_count is not None, "the offsets topic's partition count is not known yet"
         return partition_for(group_id, self.partition_count)
 
-    def begin_loading(self, partition: int, partition_count: int) -> Effects:
-        """This broker became leader of ``partition``: requests wait until ``complete_loading``."""
-        fx = self.unload(partition) if partition in self.loaded | self.loading else Effects()
+    def begin_loading(self, partition: int, partition_count: int) -> None:
+        """This broker became leader of ``partition`` (not loaded or loading now): requests wait until
+        ``complete_loading``."""
+        assert partition not in self.loaded | self.loading, f"partition {partition} is loaded already"
         self.partition_count = partition_count
         self.loading.add(partition)
         self._loading_groups[partition] = {}
-        return fx
 
     def replay(self, partition: int, record: OffsetsRecord) -> None:
         """Apply one record of the partition's log, in log order (a null value is a tombstone), to
@@ -263,47 +248,21 @@ class GroupMetadataManager:
             self.offsets_check_deadline_ms = now_ms + self.config.offsets_retention_check_interval_ms
         self.invariants()
 
-    def unload(self, partition: int) -> Effects:
-        """Leadership moved away: forget the partition's groups; parked requests answer NOT_COORDINATOR."""
-        fx = Effects()
+    def remove_groups_for_partition(self, partition: int) -> list[GroupMetadata]:
+        """Leadership moved away: forget the partition's groups (a load in progress is discarded) and
+        return those that were loaded, now Dead, for the coordinator to answer their parked requests."""
         self.loaded.discard(partition)
         self.loading.discard(partition)
-        self._loading_groups.pop(partition, None)  # a load in progress is discarded
-        message = f"offsets partition {partition} moved to another broker; find the coordinator again"
-        for group_id, group in list(self.groups.items()):
-            if self.partition_of(group_id) != partition:
-                continue
-            for member in group.members.values():
-                if member.awaiting_join is not None:
-                    fx.respond(member.awaiting_join, join_error(E.NOT_COORDINATOR, message, member.member_id))
-                if member.awaiting_sync is not None:
-                    fx.respond(member.awaiting_sync, sync_error(E.NOT_COORDINATOR, message))
+        self._loading_groups.pop(partition, None)
+        removed = [g for group_id, g in self.groups.items() if self.partition_of(group_id) == partition]
+        for group in removed:
             group.state = S.DEAD
-            del self.groups[group_id]
-        return fx
-
-    def _check_coordinator(self, group_id: str) -> GroupError | None:
-        if not group_id:
-            return error(E.INVALID_GROUP_ID, "the group id must not be empty")
-        if self.partition_count is None:
-            return error(E.NOT_COORDINATOR, f"group {group_id!r}: this broker leads no offsets partition")
-        partition = self.partition_of(group_id)
-        if partition in self.loading:
-            return error(
-                E.COORDINATOR_LOAD_IN_PROGRESS,
-                f"group {group_id!r}: offsets partition {partition} is loading; retry",
-            )
-        if partition not in self.loaded:
-            return error(
-                E.NOT_COORDINATOR,
-                f"group {group_id!r} (offsets partition {partition}) is "
-                "coordinated by another broker; find the coordinator again",
-            )
-        return None
+            del self.groups[group.group_id]
+        return removed
 
     # ---- appends ----------------------------------------------------------------------------------
 
-    def _append(
+    def append_for_group(
         self, group_id: str, records: tuple[OffsetsRecord, ...], fx: Effects, done: AppendDone
     ) -> None:
         self._next_append_id += 1
@@ -318,13 +277,13 @@ class GroupMetadataManager:
         self.invariants()
         return fx
 
-    def _store_group(
+    def store_group(
         self, group: GroupMetadata, assignment: dict[str, bytes], fx: Effects, done: AppendDone
     ) -> None:
         record = GroupMetadataRecord(group.group_id, group.snapshot(assignment))
-        self._append(group.group_id, (record,), fx, done)
+        self.append_for_group(group.group_id, (record,), fx, done)
 
-    def _store_offsets(
+    def store_offsets(
         self, group: GroupMetadata, rid: int, req: OffsetCommitRequest, timestamp_ms: int, fx: Effects
     ) -> None:
         results: dict[tuple[str, int], GroupError] = {}
@@ -355,67 +314,27 @@ class GroupMetadataManager:
             outcome = OK if code == E.NONE else error(code, f"storing the offsets failed: {result.message}")
             fx.respond(rid, OffsetCommitResponse(OK, {**results, **dict.fromkeys(offsets, outcome)}))
 
-        self._append(group.group_id, records, fx, done)
+        self.append_for_group(group.group_id, records, fx, done)
 
-    def handle_offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
-        problem = self._check_coordinator(req.group_id)
-        if problem is not None:
-            return OffsetFetchResponse(problem, {})
-        group = self.groups.get(req.group_id)
-        committed = group.offsets if group is not None else {}
-        wanted = sorted(committed) if req.partitions is None else req.partitions
-        result = {}
-        for tp in wanted:
-            value = committed.get(tp)
-            result[tp] = (
-                FetchedOffset()
-                if value is None
-                else FetchedOffset(value.offset, value.leader_epoch, value.metadata)
-            )
-        return OffsetFetchResponse(OK, result)
-
-    # ---- List / Describe / Delete -------------------------------------------------------------------
-
-    def handle_list_groups(self, states_filter: tuple[str, ...]) -> list[ListedGroup]:
-        listed = []
-        for group_id, group in sorted(self.groups.items()):  # only loaded partitions' groups (invariants)
-            if states_filter and group.state.value not in states_filter:
-                continue
-            listed.append(ListedGroup(group_id, group.protocol_type or "", group.state.value))
-        return listed
-
-    def handle_describe_group(self, group_id: str) -> DescribedGroup:
-        problem = self._check_coordinator(group_id)
-        if problem is not None:
-            return DescribedGroup(problem, group_id)
+    def get_offsets(
+        self, group_id: str, partitions: tuple[tuple[str, int], ...] | None
+    ) -> dict[tuple[str, int], FetchedOffset]:
+        """The committed offsets of ``partitions`` (None: every committed one) of a group coordinated
+        here; a partition without one gets ``FetchedOffset()`` (offset -1)."""
         group = self.groups.get(group_id)
-        if group is None:
-            return DescribedGroup(OK, group_id, S.DEAD.value)
-        stable = group.is_state(S.STABLE)  # Kafka shows metadata and assignments only when Stable
-        members = tuple(
-            DescribedGroupMember(
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.client_host,
-                m.metadata_for(group.protocol_name) if stable and group.protocol_name else b"",
-                m.assignment if stable else b"",
-            )
-            for m in group.members.values()
-        )
-        return DescribedGroup(
-            OK,
-            group_id,
-            group.state.value,
-            group.protocol_type or "",
-            (group.protocol_name or "") if stable else "",
-            group.generation_id,
-            members,
-        )
+        committed = group.offsets if group is not None else {}
+        result = {}
+        for tp in sorted(committed) if partitions is None else partitions:
+            value = committed.get(tp)
+            if value is None:
+                result[tp] = FetchedOffset()
+            else:
+                result[tp] = FetchedOffset(value.offset, value.leader_epoch, value.metadata)
+        return result
 
     # ---- offset expiration (KIP-211) and deleted topics ----------------------------------------------
 
-    def expire_offsets(self, now_ms: int) -> Effects:
+    def cleanup_expired_offsets(self, now_ms: int) -> Effects:
         """Remove and tombstone the offsets past ``offsets.retention.minutes`` (module docstring)."""
         fx = Effects()
         retention_ms = self.config.offsets_retention_ms
@@ -425,7 +344,7 @@ class GroupMetadataManager:
         self.invariants()
         return fx
 
-    def handle_deleted_topics(self, topics: frozenset[str], now_ms: int) -> Effects:
+    def cleanup_deleted_topics(self, topics: frozenset[str], now_ms: int) -> Effects:
         """The topics are gone from the metadata: their committed offsets go too, in every group
         (Kafka's ``onPartitionsDeleted``), except commits still being appended."""
         fx = Effects()
@@ -454,7 +373,7 @@ class GroupMetadataManager:
             del self.groups[group.group_id]
             records.append(GroupMetadataRecord(group.group_id, None))
         if records:
-            self._append(group.group_id, tuple(records), fx, _ignore_outcome)
+            self.append_for_group(group.group_id, tuple(records), fx, _ignore_outcome)
 
     # ---- lag (metrics) --------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ Invariants (``GroupMetadata.invariants``): the leader is a member (or there is n
 no members); every static member maps to a member with that instance id; a group in Empty has no
 members; ``generation_id`` only rises.
 
-The coordinator (``broker.group_coordinator``) owns every mutation; this module only holds data and
+The coordinator (``broker.group.coordinator``) owns every mutation; this module only holds data and
 small pure helpers. No I/O, no clock: deadlines are plain ``*_ms`` numbers set by the coordinator.
 """
 

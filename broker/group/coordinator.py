@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A broker coordinates the groups whose ``__consumer_offsets`` partition (``partition_for``) it leads.
-The driver (``broker.group_service``) feeds this object decoded requests, each with a request id and
+The driver (``broker.group.driver``) feeds this object decoded requests, each with a request id and
 ``now_ms`` (a monotonic clock), and carries out the ``Effects`` it returns, in order:
 
 - ``appends``: records for ``__consumer_offsets`` partitions. The driver appends each with acks=all
@@ -27,27 +27,25 @@ SyncGroup is stored in the log before anyone gets an assignment; static members 
 place across restarts and a restart with an unchanged subscription causes no rebalance (KIP-814:
 a static leader gets ``skip_assignment``).
 
-Loading and unloading the groups of an offsets partition, the appends and the read-only requests
-(OffsetFetch, ListGroups, DescribeGroups) live in the base class,
-``broker.group_manager.GroupMetadataManager`` (Kafka splits them the same way).
+The coordinator is composed, as Kafka's ``GroupCoordinator`` is: it holds a ``GroupMetadataManager``
+(``group_manager``, ``broker.group.metadata_manager``) that owns the groups of the offsets partitions
+led here, their loading, their records and the cleanup of expired offsets. The coordinator validates
+each request (``_check_coordinator``: is the group's offsets partition led and loaded here), runs the
+protocol on the manager's groups and asks the manager to store what must be stored. Leadership of an
+offsets partition reaches it as ``on_election`` (the manager then loads the partition: the driver
+replays the log into ``group_manager.replay`` and ends with ``group_manager.complete_loading``) and
+``on_resignation`` (the manager forgets the partition's groups; their parked requests answer
+NOT_COORDINATOR).
 
 No I/O, no clock, no threads; member ids come from the injected ``random.Random``.
 """
 
 from __future__ import annotations
 
+import random
 import uuid
 
-from broker.group_manager import (
-    APPEND_ERRORS,
-    Append,
-    Effects,
-    GroupConfig,
-    GroupMetadataManager,
-    join_error,
-    sync_error,
-)
-from broker.group_metadata import (
+from broker.group.metadata import (
     CAN_REBALANCE,
     CONSUMER_PROTOCOL_TYPE,
     GroupMetadata,
@@ -57,10 +55,13 @@ from broker.group_metadata import (
     OffsetCommitRecord,
     OffsetsRecord,
 )
-from broker.group_requests import (
+from broker.group.metadata_manager import APPEND_ERRORS, Append, Effects, GroupConfig, GroupMetadataManager
+from broker.group.requests import (
     OK,
     DeletableGroupResult,
     DeleteGroupsResponse,
+    DescribedGroup,
+    DescribedGroupMember,
     GroupError,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -70,9 +71,12 @@ from broker.group_requests import (
     LeaveGroupMemberResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    ListedGroup,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
     error,
@@ -84,8 +88,73 @@ S = GroupState
 __all__ = ["Append", "Effects", "GroupConfig", "GroupCoordinator"]
 
 
-class GroupCoordinator(GroupMetadataManager):
-    """Kafka's classic group protocol over the groups ``GroupMetadataManager`` holds (module docstring)."""
+def join_error(code: ErrorCode, message: str, member_id: str = "") -> JoinGroupResponse:
+    return JoinGroupResponse(error(code, message), member_id=member_id)
+
+
+def sync_error(code: ErrorCode, message: str) -> SyncGroupResponse:
+    return SyncGroupResponse(error(code, message))
+
+
+class GroupCoordinator:
+    """Kafka's classic group protocol over the groups its ``group_manager`` holds (module docstring)."""
+
+    def __init__(self, config: GroupConfig, rng: random.Random) -> None:
+        self.config = config
+        self.rng = rng  # member ids
+        self.group_manager = GroupMetadataManager(config)
+
+    # ---- leadership of offsets partitions ---------------------------------------------------------
+
+    def on_election(self, partition: int, partition_count: int) -> Effects:
+        """This broker became leader of ``partition`` of ``__consumer_offsets``: its groups are loaded
+        (from scratch if it was loaded or loading already); requests for them answer
+        COORDINATOR_LOAD_IN_PROGRESS until ``group_manager.complete_loading``."""
+        manager = self.group_manager
+        fx = self.on_resignation(partition) if partition in manager.loaded | manager.loading else Effects()
+        manager.begin_loading(partition, partition_count)
+        return fx
+
+    def on_resignation(self, partition: int) -> Effects:
+        """Leadership of ``partition`` moved away: its groups are forgotten and their parked JoinGroup
+        and SyncGroup requests answer NOT_COORDINATOR (Kafka's ``onGroupUnloaded``)."""
+        fx = Effects()
+        message = f"offsets partition {partition} moved to another broker; find the coordinator again"
+        for group in self.group_manager.remove_groups_for_partition(partition):
+            for member in group.members.values():
+                if member.awaiting_join is not None:
+                    fx.respond(member.awaiting_join, join_error(E.NOT_COORDINATOR, message, member.member_id))
+                if member.awaiting_sync is not None:
+                    fx.respond(member.awaiting_sync, sync_error(E.NOT_COORDINATOR, message))
+        return fx
+
+    def _check_coordinator(self, group_id: str) -> GroupError | None:
+        """Kafka's ``validateGroupStatus``: the group's offsets partition is led and loaded here."""
+        manager = self.group_manager
+        if not group_id:
+            return error(E.INVALID_GROUP_ID, "the group id must not be empty")
+        if manager.partition_count is None:
+            return error(E.NOT_COORDINATOR, f"group {group_id!r}: this broker leads no offsets partition")
+        partition = manager.partition_of(group_id)
+        if partition in manager.loading:
+            return error(
+                E.COORDINATOR_LOAD_IN_PROGRESS,
+                f"group {group_id!r}: offsets partition {partition} is loading; retry",
+            )
+        if partition not in manager.loaded:
+            return error(
+                E.NOT_COORDINATOR,
+                f"group {group_id!r} (offsets partition {partition}) is "
+                "coordinated by another broker; find the coordinator again",
+            )
+        return None
+
+    def complete_append(self, append_id: int, code: int, message: str, now_ms: int) -> Effects:
+        """The driver's answer to an ``Append`` (``code`` NONE once the HW passed it)."""
+        return self.group_manager.complete_append(append_id, code, message, now_ms)
+
+    def invariants(self) -> None:
+        self.group_manager.invariants()
 
     # ---- JoinGroup --------------------------------------------------------------------------------
 
@@ -95,7 +164,7 @@ class GroupCoordinator(GroupMetadataManager):
         if problem is not None:
             fx.respond(request_id, JoinGroupResponse(problem, member_id=req.member_id))
             return fx
-        group = self.groups.get(req.group_id)
+        group = self.group_manager.groups.get(req.group_id)
         if group is None:
             if req.member_id:
                 fx.respond(
@@ -107,7 +176,8 @@ class GroupCoordinator(GroupMetadataManager):
                     ),
                 )
                 return fx
-            group = self.groups[req.group_id] = GroupMetadata(req.group_id, state_timestamp_ms=now_ms)
+            group = GroupMetadata(req.group_id, state_timestamp_ms=now_ms)
+            self.group_manager.groups[req.group_id] = group
         if not group.supports_protocols(req.protocol_type, req.protocols):
             fx.respond(
                 request_id,
@@ -151,7 +221,7 @@ class GroupCoordinator(GroupMetadataManager):
             return error(
                 E.INCONSISTENT_GROUP_PROTOCOL, "JoinGroup needs a protocol type and at least one protocol"
             )
-        group = self.groups.get(req.group_id)
+        group = self.group_manager.groups.get(req.group_id)
         if group is not None and group.is_state(S.DEAD):
             return error(E.COORDINATOR_NOT_AVAILABLE, f"group {req.group_id!r} is being removed; retry")
         return None
@@ -330,7 +400,8 @@ class GroupCoordinator(GroupMetadataManager):
         assignment = {m.member_id: m.assignment for m in group.members.values()}
 
         def done(result: GroupError, now_ms: int, fx: Effects) -> None:
-            if self.groups.get(group.group_id) is not group or group.members.get(new_id) is not member:
+            current = self.group_manager.groups.get(group.group_id)
+            if current is not group or group.members.get(new_id) is not member:
                 return
             rid = member.awaiting_join
             if rid is None:
@@ -348,7 +419,7 @@ class GroupCoordinator(GroupMetadataManager):
                 leader = group.leader_id == new_id  # KIP-814: the leader keeps the assignment
                 fx.respond(rid, self._join_result(group, member, with_members=leader, skip_assignment=leader))
 
-        self._store_group(group, assignment, fx, done)
+        self.group_manager.store_group(group, assignment, fx, done)
 
     # ---- rebalance phases --------------------------------------------------------------------------
 
@@ -407,7 +478,7 @@ class GroupCoordinator(GroupMetadataManager):
             return
         self._init_next_generation(group, now_ms)
         if group.is_state(S.EMPTY):
-            self._store_group(group, {}, fx, lambda result, now, fx: None)
+            self.group_manager.store_group(group, {}, fx, lambda result, now, fx: None)
             return
         for member in group.members.values():
             if member.awaiting_join is not None:
@@ -471,7 +542,7 @@ class GroupCoordinator(GroupMetadataManager):
 
     def handle_sync_group(self, request_id: int, req: SyncGroupRequest, now_ms: int) -> Effects:
         fx = Effects()
-        group = self.groups.get(req.group_id)
+        group = self.group_manager.groups.get(req.group_id)
         problem = self._check_coordinator(req.group_id) or self._member_problem(
             group, req.member_id, req.group_instance_id, req.generation_id
         )
@@ -526,7 +597,7 @@ class GroupCoordinator(GroupMetadataManager):
         generation = group.generation_id
 
         def done(result: GroupError, now_ms: int, fx: Effects) -> None:
-            if self.groups.get(group.group_id) is not group:
+            if self.group_manager.groups.get(group.group_id) is not group:
                 return
             if not group.is_state(S.COMPLETING_REBALANCE) or group.generation_id != generation:
                 return  # another rebalance started meanwhile: its own rules answer the members
@@ -540,7 +611,7 @@ class GroupCoordinator(GroupMetadataManager):
                 self._set_and_propagate_assignment(group, assignment, now_ms, fx)
                 group.transition_to(S.STABLE, now_ms)
 
-        self._store_group(group, assignment, fx, done)
+        self.group_manager.store_group(group, assignment, fx, done)
 
     def _member_problem(
         self, group: GroupMetadata | None, member_id: str, instance_id: str | None, generation_id: int
@@ -569,7 +640,7 @@ class GroupCoordinator(GroupMetadataManager):
 
     def handle_heartbeat(self, req: HeartbeatRequest, now_ms: int) -> tuple[HeartbeatResponse, Effects]:
         fx = Effects()
-        group = self.groups.get(req.group_id)
+        group = self.group_manager.groups.get(req.group_id)
         problem = self._check_coordinator(req.group_id) or self._member_problem(
             group, req.member_id, req.group_instance_id, req.generation_id
         )
@@ -590,7 +661,7 @@ class GroupCoordinator(GroupMetadataManager):
     def handle_leave_group(self, req: LeaveGroupRequest, now_ms: int) -> tuple[LeaveGroupResponse, Effects]:
         fx = Effects()
         problem = self._check_coordinator(req.group_id)
-        group = self.groups.get(req.group_id)
+        group = self.group_manager.groups.get(req.group_id)
         if problem is None and group is not None and group.is_state(S.DEAD):
             problem = error(E.COORDINATOR_NOT_AVAILABLE, f"group {req.group_id!r} is being removed; retry")
         if problem is not None:
@@ -651,30 +722,32 @@ class GroupCoordinator(GroupMetadataManager):
 
     def next_deadline_ms(self) -> int | None:
         deadlines: list[int] = []
-        for group in self.groups.values():
+        for group in self.group_manager.groups.values():
             deadlines.extend(group.pending_members.values())
             deadlines.extend(d for d in map(self._member_deadline, group.members.values()) if d is not None)
             if group.join_deadline_ms is not None and group.is_state(S.PREPARING_REBALANCE):
                 deadlines.append(group.join_deadline_ms)
             if group.sync_deadline_ms is not None:
                 deadlines.append(group.sync_deadline_ms)
-        if self.offsets_check_deadline_ms is not None and self.groups:  # nothing to expire otherwise
-            deadlines.append(self.offsets_check_deadline_ms)
+        check_ms = self.group_manager.offsets_check_deadline_ms
+        if check_ms is not None and self.group_manager.groups:  # nothing to expire otherwise
+            deadlines.append(check_ms)
         return min(deadlines, default=None)
 
     def tick(self, now_ms: int) -> Effects:
         """Expire sessions, pending members, join and sync phases whose deadline passed; then, when
-        ``offsets.retention.check.interval.ms`` is due, expired offsets (``expire_offsets``)."""
+        ``offsets.retention.check.interval.ms`` is due, expired offsets (``cleanup_expired_offsets``)."""
         fx = self._tick_groups(now_ms)
-        if self.offsets_check_deadline_ms is not None and self.offsets_check_deadline_ms <= now_ms:
-            expired = self.expire_offsets(now_ms)
+        check_ms = self.group_manager.offsets_check_deadline_ms
+        if check_ms is not None and check_ms <= now_ms:
+            expired = self.group_manager.cleanup_expired_offsets(now_ms)
             fx.responses.extend(expired.responses)
             fx.appends.extend(expired.appends)
         return fx
 
     def _tick_groups(self, now_ms: int) -> Effects:
         fx = Effects()
-        for group in list(self.groups.values()):
+        for group in list(self.group_manager.groups.values()):
             for member_id, deadline in list(group.pending_members.items()):
                 if deadline <= now_ms:
                     del group.pending_members[member_id]
@@ -716,10 +789,11 @@ class GroupCoordinator(GroupMetadataManager):
         if problem is not None:
             fx.respond(request_id, OffsetCommitResponse(problem, {}))
             return fx
-        group = self.groups.get(req.group_id)
+        group = self.group_manager.groups.get(req.group_id)
         standalone = req.generation_id < 0 and not req.member_id
         if group is None and standalone:
-            group = self.groups[req.group_id] = GroupMetadata(req.group_id, state_timestamp_ms=now_ms)
+            group = GroupMetadata(req.group_id, state_timestamp_ms=now_ms)
+            self.group_manager.groups[req.group_id] = group
         if standalone and group is not None and group.is_state(S.EMPTY):
             problem = None
         elif group is None:
@@ -740,7 +814,7 @@ class GroupCoordinator(GroupMetadataManager):
             results = {(p.topic, p.partition): problem or OK for p in req.partitions}
             fx.respond(request_id, OffsetCommitResponse(OK, results))
             return fx
-        self._store_offsets(group, request_id, req, commit_timestamp_ms, fx)
+        self.group_manager.store_offsets(group, request_id, req, commit_timestamp_ms, fx)
         return fx
 
     def handle_delete_groups(self, request_id: int, group_ids: tuple[str, ...], now_ms: int) -> Effects:
@@ -761,7 +835,7 @@ class GroupCoordinator(GroupMetadataManager):
 
         for group_id in dict.fromkeys(group_ids):
             outcome = self._check_coordinator(group_id)
-            group = self.groups.get(group_id)
+            group = self.group_manager.groups.get(group_id)
             if outcome is None and (group is None or group.is_state(S.DEAD)):
                 outcome = error(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
             elif outcome is None and group is not None and not group.is_state(S.EMPTY):
@@ -775,7 +849,7 @@ class GroupCoordinator(GroupMetadataManager):
                 continue
             waiting.add(group_id)
             group.transition_to(S.DEAD, now_ms)
-            del self.groups[group_id]
+            del self.group_manager.groups[group_id]
             tombstones: tuple[OffsetsRecord, ...] = (
                 *(OffsetCommitRecord(group_id, t, p, None) for t, p in sorted(group.offsets)),
                 GroupMetadataRecord(group_id, None),
@@ -785,7 +859,7 @@ class GroupCoordinator(GroupMetadataManager):
                 code = E(APPEND_ERRORS.get(E(result.code), E(result.code)))
                 finish(group_id, OK if code == E.NONE else error(code, result.message), fx)
 
-            self._append(group_id, tombstones, fx, done)
+            self.group_manager.append_for_group(group_id, tombstones, fx, done)
         if not waiting:
             fx.respond(
                 request_id,
@@ -805,7 +879,7 @@ class GroupCoordinator(GroupMetadataManager):
         NON_EMPTY_GROUP as a whole."""
         fx = Effects()
         problem = self._check_coordinator(group_id)
-        group = self.groups.get(group_id)
+        group = self.group_manager.groups.get(group_id)
         if problem is None and (group is None or group.is_state(S.DEAD)):
             problem = error(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
         subscribed: frozenset[str] = frozenset()
@@ -838,7 +912,7 @@ class GroupCoordinator(GroupMetadataManager):
 
         def done(result: GroupError, now: int, fx: Effects) -> None:
             code = E(APPEND_ERRORS.get(E(result.code), E(result.code)))
-            if code == E.NONE and self.groups.get(group_id) is group:
+            if code == E.NONE and self.group_manager.groups.get(group_id) is group:
                 for tp in deleted:
                     group.offsets.pop(tp, None)
             outcome = (
@@ -846,5 +920,58 @@ class GroupCoordinator(GroupMetadataManager):
             )
             fx.respond(request_id, OffsetDeleteResponse(OK, {**results, **dict.fromkeys(deleted, outcome)}))
 
-        self._append(group_id, tombstones, fx, done)
+        self.group_manager.append_for_group(group_id, tombstones, fx, done)
         return fx
+
+    # ---- reads: OffsetFetch, ListGroups, DescribeGroups -------------------------------------------------
+
+    def handle_offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        problem = self._check_coordinator(req.group_id)
+        if problem is not None:
+            return OffsetFetchResponse(problem, {})
+        return OffsetFetchResponse(OK, self.group_manager.get_offsets(req.group_id, req.partitions))
+
+    def handle_list_groups(self, states_filter: tuple[str, ...]) -> list[ListedGroup]:
+        listed = []
+        # only loaded partitions' groups are in ``groups`` (invariants)
+        for group_id, group in sorted(self.group_manager.groups.items()):
+            if states_filter and group.state.value not in states_filter:
+                continue
+            listed.append(ListedGroup(group_id, group.protocol_type or "", group.state.value))
+        return listed
+
+    def handle_describe_group(self, group_id: str) -> DescribedGroup:
+        problem = self._check_coordinator(group_id)
+        if problem is not None:
+            return DescribedGroup(problem, group_id)
+        group = self.group_manager.groups.get(group_id)
+        if group is None:
+            return DescribedGroup(OK, group_id, S.DEAD.value)
+        stable = group.is_state(S.STABLE)  # Kafka shows metadata and assignments only when Stable
+        members = tuple(
+            DescribedGroupMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(group.protocol_name) if stable and group.protocol_name else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return DescribedGroup(
+            OK,
+            group_id,
+            group.state.value,
+            group.protocol_type or "",
+            (group.protocol_name or "") if stable else "",
+            group.generation_id,
+            members,
+        )
+
+    # ---- deleted topics ---------------------------------------------------------------------------------
+
+    def handle_deleted_topics(self, topics: frozenset[str], now_ms: int) -> Effects:
+        """The topics are gone from the metadata: their committed offsets go too (Kafka's
+        ``onPartitionsDeleted``)."""
+        return self.group_manager.cleanup_deleted_topics(topics, now_ms)

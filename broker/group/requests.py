@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.group_metadata import NO_EPOCH, NO_GENERATION, NO_OFFSET
+from broker.group.metadata import NO_EPOCH, NO_GENERATION, NO_OFFSET
 from proto.errors import ErrorCode
 
 
