@@ -16,8 +16,9 @@ so that both columns see the same machine load; every process it starts is stopp
    the record (a confluent-kafka consumer assigned to the partition / a JetStream push consumer).
    p50 against the target (<= 3x JetStream's);
 3. CPU per record of each process in the one-record blocks (``/proc/<pid>/task/*/schedstat``:
-   nanoseconds on a CPU, all threads; this process by ``time.process_time``): a figure the machine's
-   load does not change, unlike the latencies;
+   nanoseconds on a CPU, all threads; this process by ``time.process_time``), less each process's idle
+   CPU over the same time (measured for 2 s with nothing in flight): a figure the machine's load
+   changes far less than the latencies;
 4. the hop-by-hop table of pykraft's acks=all produce: the brokers run with
    ``PYKRAFT_LATENCY_TRACE`` (``broker.latency_trace``: CLOCK_MONOTONIC timestamps kept in memory,
    written at exit), and each step's time since ``produce`` is taken per sample and its p50 shown.
@@ -55,6 +56,7 @@ from pykraft.cluster import LocalCluster  # noqa: E402
 RECORD_BYTES = 100
 INDEX_BYTES = 20
 WARM_UP = 200
+IDLE_S = 2.0  # the idle CPU of every process is measured over this long, with no request in flight
 START_TIMEOUT_S = 90.0
 TOPIC = "latency"
 SUBJECT = "lat"
@@ -93,19 +95,35 @@ def cpu_ns(pid: int) -> int:
 
 @dataclass
 class CpuAccount:
-    """CPU nanoseconds per process name, summed over the measured blocks."""
+    """CPU nanoseconds per process name, summed over the measured blocks, less what each process spends
+    idle over the same wall time (heartbeats, the metadata log, timers: ``idle_ns_per_s``, measured with
+    no request in flight), so that what is left is the requests' own CPU."""
 
     pids: dict[str, int]
     ns: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    wall_ns: int = 0
+    idle_ns_per_s: dict[str, float] = field(default_factory=dict)
 
     def snapshot(self) -> dict[str, int]:
         out = {name: cpu_ns(pid) for name, pid in self.pids.items()}
         out["client"] = time.process_time_ns()
+        out["wall"] = time.monotonic_ns()
         return out
 
+    def set_idle(self, before: dict[str, int], after: dict[str, int]) -> None:
+        seconds = (after["wall"] - before["wall"]) / 1e9
+        self.idle_ns_per_s = {name: (after[name] - before[name]) / seconds for name in self.pids}
+
     def add(self, before: dict[str, int], after: dict[str, int]) -> None:
+        self.wall_ns += after["wall"] - before["wall"]
         for name, value in after.items():
-            self.ns[name] += value - before[name]
+            if name != "wall":
+                self.ns[name] += value - before[name]
+
+    def per_request_us(self, requests: int) -> dict[str, float]:
+        seconds = self.wall_ns / 1e9
+        return {name: (ns - self.idle_ns_per_s.get(name, 0.0) * seconds) / requests / 1000
+                for name, ns in self.ns.items()}  # fmt: skip
 
 
 @dataclass
@@ -316,6 +334,10 @@ async def measure(args: argparse.Namespace, kafka: Pykraft, nats: JetStream) -> 
     warm = Side()
     await asyncio.to_thread(kafka.one_record, warm, 0, WARM_UP)
     await nats.one_record(warm, 0, WARM_UP)
+    idle = ours.cpu.snapshot(), theirs.cpu.snapshot()
+    await asyncio.sleep(IDLE_S)
+    ours.cpu.set_idle(idle[0], ours.cpu.snapshot())
+    theirs.cpu.set_idle(idle[1], theirs.cpu.snapshot())
     per_round = max(1, args.samples // args.rounds)
     for r in range(args.rounds):
         first = WARM_UP + r * per_round
@@ -476,17 +498,23 @@ def report(args: argparse.Namespace, ours: Side, theirs: Side, kafka: Pykraft, n
         ("end-to-end latency p50 ms", ours.e2e_ms, theirs.e2e_ms, 0.5, TARGET_E2E_P50_RATIO),
         ("end-to-end latency p99 ms", ours.e2e_ms, theirs.e2e_ms, 0.99, None),
     ]
+    verdicts = []
     for label, a, b, q, target in rows:
         x, y = percentile(a, q), percentile(b, q)
         ratio = f"{x / y:.2f}x" if target is None else verdict(x / y, target)
         print(f"| {label} | {x:.2f} | {y:.2f} | {ratio} |")
+        if target is not None:
+            verdicts.append(f"{label.removesuffix(' ms')} {'MET' if x / y <= target else 'MISSED'}")
     samples = len(ours.one_record_ms)
     assert ours.cpu is not None and theirs.cpu is not None
     for label, side in (("pykraft", ours), ("JetStream", theirs)):
         assert side.cpu is not None
-        parts = ", ".join(f"{name} {ns / samples / 1000:.0f}" for name, ns in sorted(side.cpu.ns.items()))
-        total = sum(side.cpu.ns.values()) / samples / 1000
-        print(f"| {label} CPU us per one-record produce (all processes: {total:.0f}) | {parts} | | |")
+        per_request = side.cpu.per_request_us(samples)
+        parts = ", ".join(f"{name} {us:.0f}" for name, us in sorted(per_request.items()))
+        print(f"| {label}: CPU us per one-record produce, idle CPU subtracted "
+              f"(all processes: {sum(per_request.values()):.0f}) | {parts} | | |")  # fmt: skip
+    print()
+    print("verdict (issue 16 §5): " + "; ".join(verdicts))
     table = hop_table(ours, kafka)
     print()
     if table is None:
