@@ -246,12 +246,19 @@ class Pykraft:
     def stop(self) -> None:
         if hasattr(self, "consumer"):
             self.consumer.close()
+        if hasattr(self, "producer"):
+            self.producer.flush(10)
+            del self.producer  # librdkafka's threads stop before the brokers do (no reconnect noise)
         self.cluster.down(timeout_s=15)
         for spec in self.cluster.nodes:
             self.cluster.kill_node(spec)
 
 
 # ---- NATS JetStream -------------------------------------------------------------------------------
+
+
+async def _ignore_error(_exc: Exception) -> None:
+    pass
 
 
 class JetStream:
@@ -268,7 +275,9 @@ class JetStream:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
-                self.nc = await nats.connect(servers=self.cluster.urls, connect_timeout=2)
+                # error_cb: the servers are still starting; the loop retries, without a traceback each time
+                self.nc = await nats.connect(servers=self.cluster.urls, connect_timeout=2,
+                                             error_cb=_ignore_error)  # fmt: skip
                 self.js = self.nc.jetstream(timeout=30)
                 await self.js.add_stream(name="LAT", subjects=[SUBJECT], num_replicas=3, storage="file")
                 break
