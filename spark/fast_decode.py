@@ -1,4 +1,8 @@
-"""Column-at-a-time decoding of fetched v2 RecordBatches straight into Arrow arrays (the worker hot path).
+"""Column-at-a-time decoding of fetched v2 RecordBatches straight into Arrow arrays, in Python.
+
+Since the compiled decoder (``spark/_decode.pyx``) took the worker's hot path, this is the Python
+decoder behind it: the reference its property test compares against, what runs when it declines,
+and the whole path where it is not built (the Docker images). See ``spark.arrow``.
 
 ``storage.record_batch`` decodes one record at a time in Python (~0.25-0.7 M records/s per core);
 a Spark scan of a topic is bounded by that. Here only one thing is done per record in Python —
