@@ -71,6 +71,10 @@ START_TIMEOUT_S = 90.0
 WAIT_S = 60.0
 REPEATS = 3
 CALL_TIMEOUT_S = 60.0
+JOIN_DEADLINE_S = 120.0  # a member that cannot join by then fails the run (no endless retry)
+RETRY_BACKOFF_S = 0.05  # before asking again after an error that is not a protocol instruction
+JOIN_INSTRUCTIONS = frozenset({ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.UNKNOWN_MEMBER_ID,
+                               ErrorCode.REBALANCE_IN_PROGRESS})  # answered at once by joining again
 JOIN_VERSION, SYNC_VERSION, HEARTBEAT_VERSION, LEAVE_VERSION = 5, 3, 3, 3
 COMMIT_VERSION, FIND_VERSION, PRODUCE_VERSION = 7, 3, 7
 OVERRIDES = {
@@ -153,7 +157,11 @@ class Member:
         return await self.conn.request(request, version, CALL_TIMEOUT_S)
 
     async def join_and_sync(self) -> None:
+        deadline = time.monotonic() + JOIN_DEADLINE_S
         while True:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"member {self.member_id or '(new)'} did not join {GROUP} within "
+                                   f"{JOIN_DEADLINE_S:.0f} s")  # fmt: skip
             request = m.JoinGroupRequest(
                 group_id=GROUP, session_timeout_ms=self.session_ms, rebalance_timeout_ms=30_000,
                 member_id=self.member_id, protocol_type="consumer",
@@ -166,6 +174,8 @@ class Member:
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
             if code != ErrorCode.NONE:
+                if code not in JOIN_INSTRUCTIONS:  # e.g. COORDINATOR_NOT_AVAILABLE: ask again shortly
+                    await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             self.joined_at = time.perf_counter()
             assignments = []
@@ -181,6 +191,8 @@ class Member:
                 SYNC_VERSION,
             )  # fmt: skip
             if synced.error_code != ErrorCode.NONE:
+                if synced.error_code != ErrorCode.REBALANCE_IN_PROGRESS:
+                    await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             self.assignment = assigned_partitions(bytes(synced.assignment))
             self.generation = joined.generation_id

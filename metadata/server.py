@@ -238,7 +238,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", help="log level (default: %(default)s, as Kafka's)")
     parser.add_argument(
         "--metrics-port", type=int, default=0,
-        help="Prometheus /metrics port on --metrics-host (0: pick a free one and print it; -1: off)",
+        help="Prometheus /metrics port on --metrics-host (0: a free one, named in the ready file; -1: off)",
     )  # fmt: skip
     parser.add_argument(
         METRICS_HOST_SETTING, default=METRICS_HOST, metavar="HOST",

@@ -102,6 +102,9 @@ class ActiveController:
                 offset = await self.driver.propose(data)
             except BaseException:
                 self._active_term = None  # outcome unknown: barrier again before the next decision
+                # Not ours any more: an entry with the same bytes that a later leader commits must not be
+                # logged here as this controller's events too (that leader logs them).
+                self.state_machine.forget_expected()
                 raise
             if len(result.records) >= LARGE_DECISION_RECORDS:
                 log_event(

@@ -65,6 +65,11 @@ class MetadataStateMachine:
         these records instead of decoding the bytes again (KRaft's active controller does the same)."""
         self._own = (data, records)
 
+    def forget_expected(self) -> None:
+        """The proposal ``expect`` announced failed or its outcome is unknown: apply decodes every entry,
+        and logs no event, until the next ``expect``."""
+        self._own = None
+
     def apply(self, index: int, data: bytes) -> None:
         own = self._own
         events: list = []

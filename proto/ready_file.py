@@ -38,7 +38,7 @@ STATES = (LISTENING, READY)  # in the order a process goes through them
 @dataclass(frozen=True, slots=True)
 class ReadyFile:
     node_id: int
-    role: str  # "controller" or "broker"
+    role: str  # "controller", "broker", or "raft" (python -m raft.server, a bare Raft node)
     pid: int
     state: str  # one of STATES
     listener: str  # the gRPC listen HOST:PORT, bound

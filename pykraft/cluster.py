@@ -315,7 +315,10 @@ class LocalCluster:
             if spec.role != "broker" or spec.advertised_port:
                 raise PortsTakenError(f"cannot start {spec.name} on port {spec.port}: {exc}") from None
             spec.port = spec.kafka_port = 0
-            self._await_listening(spec, self._spawn(spec))
+            try:
+                self._await_listening(spec, self._spawn(spec))
+            except listeners.PortTakenError as again:  # a port the kernel picked, taken: one line
+                raise PortsTakenError(f"cannot start {spec.name}: {again}") from None
 
     def start(self, on_step: Callable[[str], None] | None = None) -> None:
         """Start every node: controllers first, all at once, then brokers. A controller whose picked
@@ -404,7 +407,8 @@ class LocalCluster:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             return False
-        return str(self.node_dir(spec)).encode() + b"\0" in cmdline + b"\0"
+        # Whole arguments only: /srv/data/cluster/broker-101 is not /data/cluster/broker-101.
+        return b"\0" + str(self.node_dir(spec)).encode() + b"\0" in b"\0" + cmdline + b"\0"
 
     def adopt_running(self) -> list[str]:
         """Take as each node's pid (and ports) what its ready file names when that process runs the node

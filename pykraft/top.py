@@ -119,6 +119,8 @@ def histogram_quantile(q: float, before: Buckets, after: Buckets) -> float:
     """The q-quantile (seconds) of the observations between two scrapes of one histogram, by linear
     interpolation inside the bucket that holds it (as Prometheus does); NaN when nothing was observed."""
     counts_before = dict(before)
+    if any(count < counts_before.get(le, 0.0) for le, count in after):
+        counts_before = {}  # the node restarted: its histogram counts again from zero
     deltas = [(le, count - counts_before.get(le, 0.0)) for le, count in after]
     total = deltas[-1][1] if deltas else 0.0
     if total <= 0:
@@ -189,6 +191,8 @@ def _rate(before: Mapping[str, float], after: Mapping[str, float], key: str, int
 def _broker_row(broker_id: int, before: NodeSample, after: NodeSample, interval_s: float) -> BrokerRow:
     if not after.up:
         return BrokerRow(broker_id, False, 0.0, 0.0, 0.0, 0.0, {})
+    if not before.up:  # just came (back) up: its counters cover its whole life, not the interval
+        return BrokerRow(broker_id, True, math.nan, math.nan, math.nan, math.nan, {})
     p99 = {api: histogram_quantile(0.99, before.buckets.get(api, []), after.buckets.get(api, [])) * 1000
            for api in LATENCY_APIS}  # fmt: skip
     return BrokerRow(
@@ -257,6 +261,8 @@ def build_view(previous: Sample, current: Sample) -> View:
 
 
 def _si(value: float) -> str:
+    if math.isnan(value):
+        return "-"
     for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= size:
             return f"{value / size:.1f}{unit}"

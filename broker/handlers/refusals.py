@@ -5,8 +5,8 @@ partition or per group. ``response_errors(response)`` finds every one with where
 id, partition, the broker's ``error_message``); the request processor calls it once per answer (the
 per-API error counter uses the same walk) and, when it found any, hands them to ``RefusalLog``.
 
-The rule (``RefusalLog.observe``), per client — the connection's address and its ``client.id`` — and
-error name:
+The rule (``RefusalLog.observe``), per client — the connection's host (not its port: a client that
+reconnects is the same client) and its ``client.id`` — and error name:
 - the first refusal logs ``event=request_refused`` with ``client``, ``client_id``, ``api``, ``code`` (the
   error's name),
   and, where the error belongs to one, ``topic``/``partition`` (the first failing one of the request),
@@ -20,7 +20,7 @@ So a client that keeps failing the same way costs two lines a minute, and a new 
 
 The level is WARN, except for answers that are a protocol's normal instructions rather than refusals
 (``INSTRUCTION_CODES``: a KIP-394 JoinGroup's MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS): INFO, same
-event and limit. Not thread-safe: the broker's event loop calls it.
+event and limit, and so is their summary. Not thread-safe: the broker's event loop calls it.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_MS = 60_000
 FLUSH_INTERVAL_MS_MAX = 5_000  # how late at most a summary line comes after its window ended
 INSTRUCTION_CODES = frozenset({ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.REBALANCE_IN_PROGRESS})
+INSTRUCTION_NAMES = frozenset(code.name for code in INSTRUCTION_CODES)
 
 _TOPIC_ATTRS = ("name", "topic")
 _TOPIC_ID_ATTR = "topic_id"
@@ -156,6 +157,12 @@ def _topic_id(value: Any) -> str | None:
     return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=") if value.int else None
 
 
+def _host(address: str) -> str:
+    """The host of a peer's ``host:port`` (``[::1]:5000`` -> ``[::1]``)."""
+    host, sep, _port = address.rpartition(":")
+    return host if sep else address
+
+
 class RefusalLog:
     """The broker's refused-request lines (see the module docstring); one per broker, all listeners."""
 
@@ -175,7 +182,7 @@ class RefusalLog:
             seen = first.get(e.code)
             first[e.code] = (e, 1) if seen is None else (seen[0], seen[1] + 1)
         for e, count in first.values():
-            key = (context.client, client_id, e.name)
+            key = (_host(context.client), client_id, e.name)
             previous = self.limiter.admit(key, now_ms)
             if previous is None:
                 continue
@@ -203,6 +210,7 @@ class RefusalLog:
             log_event(log, logging.WARNING, "requests_refused_summary", client="*", suppressed=count,
                       interval_ms=self.limiter.interval_ms)  # fmt: skip
             return
-        client, client_id, error = key
-        log_event(log, logging.WARNING, "requests_refused_summary", client=client, client_id=client_id,
+        host, client_id, error = key
+        level = logging.INFO if error in INSTRUCTION_NAMES else logging.WARNING
+        log_event(log, level, "requests_refused_summary", client=host, client_id=client_id,
                   code=error, suppressed=count, interval_ms=self.limiter.interval_ms)  # fmt: skip

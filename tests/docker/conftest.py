@@ -20,21 +20,21 @@ from tests.docker.docker_env import (
     ENGINE_TIMEOUT_S,
     EXIT_CANNOT_START,
     IMAGE,
-    _last_line,
-    _run,
+    last_line,
+    run,
 )
 
 
 @pytest.fixture(scope="session")
 def docker_host() -> Iterator[str]:
     """A Docker engine's DOCKER_HOST, started by scripts/docker-engine.sh if none answers."""
-    was_running = _run([str(ENGINE_SCRIPT), "status"], 30).returncode == 0
+    was_running = run([str(ENGINE_SCRIPT), "status"], 30).returncode == 0
     started = time.monotonic()
-    result = _run([str(ENGINE_SCRIPT), "start"], ENGINE_TIMEOUT_S)
+    result = run([str(ENGINE_SCRIPT), "start"], ENGINE_TIMEOUT_S)
     if result.returncode == EXIT_CANNOT_START:
-        pytest.skip(f"no Docker engine: {_last_line(result.stderr)}")
+        pytest.skip(f"no Docker engine: {last_line(result.stderr)}")
     assert result.returncode == 0, f"docker-engine.sh start failed: {result.stderr[-2000:]}"
-    host = _last_line(result.stdout).removeprefix("DOCKER_HOST=")
+    host = last_line(result.stdout).removeprefix("DOCKER_HOST=")
     print(f"docker engine {host} ready in {time.monotonic() - started:.1f} s (was running: {was_running})")
     previous = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = host  # testcontainers and `docker compose` read it
@@ -46,8 +46,8 @@ def docker_host() -> Iterator[str]:
         else:
             os.environ["DOCKER_HOST"] = previous
         if not was_running:  # our private engine: drop superseded image layers, then stop it
-            _run(["docker", "image", "prune", "--force"], 120, DOCKER_HOST=host)
-            stop = _run([str(ENGINE_SCRIPT), "stop"], 90)
+            run(["docker", "image", "prune", "--force"], 120, DOCKER_HOST=host)
+            stop = run([str(ENGINE_SCRIPT), "stop"], 90)
             assert stop.returncode == 0, f"docker-engine.sh stop failed: {stop.stderr[-1000:]}"
 
 
@@ -55,12 +55,12 @@ def docker_host() -> Iterator[str]:
 def image(docker_host: str) -> str:
     """pykraft:local built on the debootstrap base (both cached between runs on one machine)."""
     started = time.monotonic()
-    base = _run([str(BASE_IMAGE_SCRIPT), BASE_IMAGE], BASE_IMAGE_TIMEOUT_S)
+    base = run([str(BASE_IMAGE_SCRIPT), BASE_IMAGE], BASE_IMAGE_TIMEOUT_S)
     if base.returncode == EXIT_CANNOT_START:
-        pytest.skip(f"cannot make the base image: {_last_line(base.stderr)}")
+        pytest.skip(f"cannot make the base image: {last_line(base.stderr)}")
     assert base.returncode == 0, f"docker-base-image.sh failed: {base.stderr[-3000:]}"
     built_base = time.monotonic()
-    build = _run(
+    build = run(
         ["docker", "build", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "--target", "runtime",
          "-t", IMAGE, "."],
         BUILD_TIMEOUT_S,

@@ -19,7 +19,7 @@ BASE_IMAGE_TIMEOUT_S = 600  # debootstrap: 1-4 minutes
 BUILD_TIMEOUT_S = 900  # first build ~2-5 minutes (pip downloads wheels); cached: seconds
 
 
-def _run(cmd: list[str], timeout_s: float, **env: str) -> subprocess.CompletedProcess[str]:
+def run(cmd: list[str], timeout_s: float, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         cmd,
         capture_output=True,
@@ -31,6 +31,6 @@ def _run(cmd: list[str], timeout_s: float, **env: str) -> subprocess.CompletedPr
     )
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no output)"

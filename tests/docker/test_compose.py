@@ -36,7 +36,7 @@ from proto.listeners import pick_ports
 from pykraft.admin import AdminClient
 from storage.record_batch import build_batch
 from tests import kafka_call as kafka
-from tests.docker.docker_env import BASE_IMAGE, BUILD_TIMEOUT_S, ROOT, _run
+from tests.docker.docker_env import BASE_IMAGE, BUILD_TIMEOUT_S, ROOT, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -154,13 +154,13 @@ class Stack:
         except BaseException as exc:
             if isinstance(exc, subprocess.CalledProcessError):
                 print(f"{exc.cmd} failed: {(exc.stderr or b'').decode(errors='replace')[-3000:]}")
-            logs = _run([*self.compose.docker_compose_command(), "logs", "--no-color", "--tail", "40"], 60)
+            logs = run([*self.compose.docker_compose_command(), "logs", "--no-color", "--tail", "40"], 60)
             print(logs.stdout[-12000:])
             raise
 
     def stop_broker(self, broker_id: int) -> None:
         cmd = [*self.compose.docker_compose_command(), "stop", self.service(broker_id)]
-        result = _run(cmd, 120)
+        result = run(cmd, 120)
         assert result.returncode == 0, f"{' '.join(cmd)} failed: {result.stderr[-2000:]}"
         self.stopped.add(broker_id)
 
@@ -300,7 +300,7 @@ def _produce_stop_broker_and_read_back(stack: Stack) -> None:
 
 def _spark_service_counts(stack: Stack, expected: int) -> None:
     """The `spark` profile's PySpark query, inside the compose network, counts every acknowledged record."""
-    build = _run(
+    build = run(
         ["docker", "build", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "--target", "spark",
          "-t", SPARK_IMAGE, "."],
         BUILD_TIMEOUT_S,
@@ -308,7 +308,7 @@ def _spark_service_counts(stack: Stack, expected: int) -> None:
     assert build.returncode == 0, f"docker build --target spark failed:\n{build.stdout[-3000:]}"
     cmd = [*stack.compose.docker_compose_command(), "--profile", "spark", "run", "--rm", "-T", "--no-deps",
            "spark", TOPIC]  # fmt: skip
-    result = _run(cmd, 600)
+    result = run(cmd, 600)
     assert result.returncode == 0, f"spark service failed: {result.stderr[-3000:]}"
     print(result.stdout)
     assert f"total {expected} committed records" in result.stdout, result.stdout

@@ -27,7 +27,7 @@ import pytest
 
 from proto.listeners import pick_ports
 from pykraft.admin import AdminClient
-from tests.docker.docker_env import BASE_IMAGE, BUILD_TIMEOUT_S, ROOT, _run
+from tests.docker.docker_env import BASE_IMAGE, BUILD_TIMEOUT_S, ROOT, run
 from tests.docker.test_compose import BROKER_OVERRIDES, CONTROLLER_OVERRIDES, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -41,7 +41,7 @@ API_DEADLINE_S = 90.0
 
 @pytest.fixture(scope="session")
 def prometheus_image(image: str) -> str:
-    build = _run(["docker", "build", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}",
+    build = run(["docker", "build", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}",
                   "--target", "prometheus", "-t", PROMETHEUS_IMAGE, "."], BUILD_TIMEOUT_S)  # fmt: skip
     assert build.returncode == 0, f"docker build failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}"
     return PROMETHEUS_IMAGE
@@ -93,7 +93,7 @@ def stack(image: str, prometheus_image: str, tmp_path: Path) -> Iterator[tuple[o
         compose.start()
         yield compose, Prometheus(ports[9]), controllers
     except BaseException:
-        logs = _run([*compose.docker_compose_command(), "logs", "--no-color", "--tail", "40"], 60)
+        logs = run([*compose.docker_compose_command(), "logs", "--no-color", "--tail", "40"], 60)
         print(logs.stdout[-12000:])
         raise
     finally:
@@ -125,7 +125,7 @@ def test_prometheus_scrapes_every_node_and_fires_alerts(stack) -> None:
         wait_for(lambda: all(len(p.isr) == 3 for p in admin.describe_topics([TOPIC])[0].partitions),
                  60, "a full ISR")  # fmt: skip
     started = time.monotonic()
-    stop = _run([*compose.docker_compose_command(), "stop", "broker-3"], 120)
+    stop = run([*compose.docker_compose_command(), "stop", "broker-3"], 120)
     assert stop.returncode == 0, stop.stderr[-2000:]
 
     def alerting() -> bool:

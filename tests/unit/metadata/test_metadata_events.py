@@ -168,3 +168,16 @@ def test_state_machine_logs_own_entries_once_and_standby_entries_never(
     assert (fields["level"], fields["event"], fields["broker"], fields["broker_epoch"]) == (
         "INFO", "broker_registered", "7", "4",
     )  # fmt: skip
+
+
+def test_a_failed_proposal_is_forgotten(caplog: pytest.LogCaptureFixture) -> None:
+    """A proposal that failed (leadership lost, outcome unknown) is not this controller's any more: when
+    a later leader commits the same bytes (a re-fence, say), that leader logs it and this node does not."""
+    caplog.set_level(logging.INFO, logger="metadata.events")
+    records = (RegisterBrokerRecord(7, "inc", fenced=True),)
+    data = encode_batch(records)
+    former = MetadataStateMachine(QuorumController(ControllerConfig(), random.Random(1)))
+    former.expect(data, records)
+    former.forget_expected()  # what ControllerService does when propose raises
+    former.apply(4, bytes(data))  # the same bytes, proposed again by the new leader
+    assert [r for r in caplog.records if r.name == "metadata.events"] == []

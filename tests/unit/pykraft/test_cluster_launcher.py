@@ -7,6 +7,8 @@ import itertools
 import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +98,25 @@ def test_steps_print_each_duration_and_the_total(capsys, monkeypatch) -> None:
         ["controllers", "listening", "1.5", "s", "(at", "1.5", "s)"],
         ["quorum", "leader", "elected", "(2)", "2.5", "s", "(at", "4.0", "s)"],
     ]
+
+
+def test_a_process_of_another_cluster_whose_path_ends_alike_is_not_the_node(tmp_path) -> None:
+    """The pid check matches whole arguments: a process given /elsewhere/<this node's directory> (a path
+    this node's directory is a suffix of) does not run this node, so status, stop and down never signal
+    it. Only /proc/PID/cmdline is read: the other directory need not exist."""
+    mine = LocalCluster(tmp_path / "data", controllers=0, brokers=1)
+    mine.nodes = [NodeSpec("broker", 101, 0)]
+    other = f"/elsewhere{mine.node_dir(mine.nodes[0])}"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--data-dir", other])
+    try:
+        deadline = time.monotonic() + 10
+        while other.encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():  # exec'd yet?
+            assert time.monotonic() < deadline, "the process never showed its command line"
+            time.sleep(0.01)
+        theirs = LocalCluster(Path(f"/elsewhere{tmp_path / 'data'}"), controllers=0, brokers=1)
+        theirs.nodes = [NodeSpec("broker", 101, 0)]
+        assert not mine._is_node_process(mine.nodes[0], proc.pid)
+        assert theirs._is_node_process(theirs.nodes[0], proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -129,8 +129,20 @@ def test_rates_marks_and_lag_between_two_samples() -> None:
 
 
 def test_a_restarted_broker_counts_from_zero() -> None:
-    """Counters of a restarted process start again at 0: the rate is what it did since, never negative."""
+    """Counters of a restarted process start again at 0: the rate and the p99 are what it did since."""
     before = Sample(0.0, {("broker", 101): parse_metrics(_broker_text(50, 0.001, {}, {}))}, ())
-    after = Sample(1.0, {("broker", 101): parse_metrics(_broker_text(3, 0.001, {}, {}))}, ())
+    after = Sample(1.0, {("broker", 101): parse_metrics(_broker_text(3, 0.02, {}, {}))}, ())
     (row,) = build_view(before, after).brokers
     assert row.produce_per_s == pytest.approx(3.0)
+    assert 10 < row.p99_ms["Produce"] <= 25  # the 3 new requests only, in the (10 ms, 25 ms] bucket
+
+
+def test_a_broker_that_just_came_up_shows_no_rates() -> None:
+    """A broker down at the previous refresh: its counters cover its whole life, so no rate yet."""
+    before = Sample(0.0, {("broker", 101): NodeSample()}, ())
+    after = Sample(1.0, {("broker", 101): parse_metrics(_broker_text(500, 0.001, {}, {}))}, ())
+    (row,) = build_view(before, after).brokers
+    assert row.up and math.isnan(row.produce_per_s) and math.isnan(row.bytes_in_per_s)
+    console = Console(width=160, record=True, color_system=None)
+    console.print(render(build_view(before, after)))
+    assert "nan" not in console.export_text()

@@ -86,7 +86,7 @@ def test_the_same_error_again_is_counted_then_summarised_after_the_interval(
     [summary] = lines(caplog)
     assert (summary["level"], summary["event"], summary["client"], summary["client_id"], summary["code"],
             summary["suppressed"], summary["interval_ms"]) == (
-        "WARNING", "requests_refused_summary", "127.0.0.1:1", "test", "UNKNOWN_TOPIC_OR_PARTITION", "2",
+        "WARNING", "requests_refused_summary", "127.0.0.1", "test", "UNKNOWN_TOPIC_OR_PARTITION", "2",
         str(INTERVAL_MS),
     )  # fmt: skip
     caplog.clear()
@@ -169,6 +169,32 @@ def test_protocol_instructions_are_info_and_refusals_warn(
     [line] = lines(caplog)
     assert (line["level"], line["code"], line["client_id"]) == (level, code.name, "")
     assert "topic" not in line and "partition" not in line
+
+
+def test_a_client_that_reconnects_is_the_same_client(caplog: pytest.LogCaptureFixture) -> None:
+    """The key is the client's host and client.id, not the connection: a CLI run per record, or
+    librdkafka reconnecting after the broker closed its connection, must not log a line per connection.
+    The summary of protocol instructions stays at INFO like their lines."""
+    caplog.set_level(logging.INFO)
+    clock = [0]
+    refusals = RefusalLog(lambda: clock[0], INTERVAL_MS)
+    for port in (5000, 5001, 5002):
+        context = RequestContext(RequestHeader(ApiKey.PRODUCE, 9, 1, "cli"), f"10.0.0.1:{port}", "PLAINTEXT")
+        refusals.observe(context, "Produce", [ResponseError(ErrorCode.NOT_ENOUGH_REPLICAS, "t", 0, None)])
+        join = RequestContext(RequestHeader(ApiKey.JOIN_GROUP, 9, 1, "cli"), f"10.0.0.1:{port}", "PLAINTEXT")
+        refusals.observe(join, "JoinGroup", [ResponseError(ErrorCode.MEMBER_ID_REQUIRED, None, None, None)])
+    other = RequestContext(RequestHeader(ApiKey.PRODUCE, 9, 1, "cli"), "10.0.0.2:5000", "PLAINTEXT")
+    refusals.observe(other, "Produce", [ResponseError(ErrorCode.NOT_ENOUGH_REPLICAS, "t", 0, None)])
+    assert [(x["client"], x["code"]) for x in lines(caplog)] == [
+        ("10.0.0.1:5000", "NOT_ENOUGH_REPLICAS"), ("10.0.0.1:5000", "MEMBER_ID_REQUIRED"),
+        ("10.0.0.2:5000", "NOT_ENOUGH_REPLICAS"),
+    ]  # fmt: skip
+    caplog.clear()
+    clock[0] += INTERVAL_MS
+    refusals.flush()
+    assert sorted((x["level"], x["client"], x["code"], x["suppressed"]) for x in lines(caplog)) == [
+        ("INFO", "10.0.0.1", "MEMBER_ID_REQUIRED", "2"), ("WARNING", "10.0.0.1", "NOT_ENOUGH_REPLICAS", "2"),
+    ]
 
 
 def test_response_errors_find_nested_codes_with_their_topic_partition_and_message() -> None:
