@@ -29,6 +29,7 @@ Thread-safety: pure functions.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from dataclasses import dataclass
 
@@ -41,8 +42,8 @@ from storage.batch_header import COMPRESSION_MASK, HEADER_SIZE, parse_header, va
 from storage.compression import CompressionType, decompress
 from storage.record_batch import TimestampType, decode_columns
 
-try:
-    from spark import _decode as compiled
+try:  # by name: `from spark import _decode` would blame a circular import when it is missing
+    compiled = importlib.import_module("spark._decode")
 except ImportError as exc:  # not built: the Docker images install without a compiler (setup.py)
     compiled = None
     logging.getLogger(__name__).warning(
