@@ -22,8 +22,6 @@ from typing import Protocol
 from broker.purgatory import DelayedOperation
 from proto.errors import ErrorCode
 
-TP = tuple[str, int]  # (topic name, partition)
-
 
 @dataclass(frozen=True, slots=True)
 class ProduceWait:

@@ -42,15 +42,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_OFFSET, TopicPartition
 
 NO_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 SESSION_ID_MAX = (1 << 31) - 1
 MAX_SESSIONS_DEFAULT = 1000  # Kafka's max.incremental.fetch.session.cache.slots
-NO_OFFSET = -1
 
-TopicPartitionKey = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +78,7 @@ class SessionContext:
     error: ErrorCode
     message: str
     session_id: int  # the id the answer carries (NO_SESSION_ID: sessionless)
-    partitions: dict[TopicPartitionKey, PartitionFetchRequest]
+    partitions: dict[TopicPartition, PartitionFetchRequest]
     incremental: bool = False
 
 
@@ -88,8 +87,8 @@ class FetchSession:
     session_id: int
     replica_id: int
     next_epoch: int
-    partitions: dict[TopicPartitionKey, PartitionFetchRequest]
-    sent: dict[TopicPartitionKey, SentPartitionState]
+    partitions: dict[TopicPartition, PartitionFetchRequest]
+    sent: dict[TopicPartition, SentPartitionState]
 
 
 class FetchSessionCache:
@@ -109,8 +108,8 @@ class FetchSessionCache:
         replica_id: int,
         session_id: int,
         session_epoch: int,
-        updated: Mapping[TopicPartitionKey, PartitionFetchRequest],
-        forgotten: Iterable[TopicPartitionKey],
+        updated: Mapping[TopicPartition, PartitionFetchRequest],
+        forgotten: Iterable[TopicPartition],
     ) -> SessionContext:
         """Resolve a request's partitions (``updated``: those it lists) through its session."""
         if session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
@@ -146,7 +145,7 @@ class FetchSessionCache:
     def must_answer(
         self,
         session_id: int,
-        tp: TopicPartitionKey,
+        tp: TopicPartition,
         state: SentPartitionState,
         has_news: bool,
     ) -> bool:
@@ -162,7 +161,7 @@ class FetchSessionCache:
         return False
 
     def _open(
-        self, replica_id: int, partitions: dict[TopicPartitionKey, PartitionFetchRequest]
+        self, replica_id: int, partitions: dict[TopicPartition, PartitionFetchRequest]
     ) -> FetchSession:
         while len(self._sessions) >= self.max_sessions:
             self._sessions.popitem(last=False)
@@ -191,8 +190,8 @@ class SessionRequest:
 
     session_id: int
     session_epoch: int
-    partitions: dict[TopicPartitionKey, PartitionFetchRequest]  # to list in ``topics``
-    forgotten: tuple[TopicPartitionKey, ...]
+    partitions: dict[TopicPartition, PartitionFetchRequest]  # to list in ``topics``
+    forgotten: tuple[TopicPartition, ...]
 
 
 class FetchSessionHandler:
@@ -201,10 +200,10 @@ class FetchSessionHandler:
     def __init__(self) -> None:
         self.session_id = NO_SESSION_ID
         self.next_epoch = INITIAL_EPOCH
-        self._sent: dict[TopicPartitionKey, PartitionFetchRequest] = {}
-        self._pending: dict[TopicPartitionKey, PartitionFetchRequest] | None = None
+        self._sent: dict[TopicPartition, PartitionFetchRequest] = {}
+        self._pending: dict[TopicPartition, PartitionFetchRequest] | None = None
 
-    def build(self, wanted: Mapping[TopicPartitionKey, PartitionFetchRequest]) -> SessionRequest:
+    def build(self, wanted: Mapping[TopicPartition, PartitionFetchRequest]) -> SessionRequest:
         """The request for ``wanted`` (every partition to fetch now, with its state)."""
         self._pending = dict(wanted)
         if self.next_epoch == INITIAL_EPOCH:
@@ -232,7 +231,7 @@ class FetchSessionHandler:
         self._sent = pending
         return True
 
-    def relist(self, partitions: Iterable[TopicPartitionKey]) -> None:
+    def relist(self, partitions: Iterable[TopicPartition]) -> None:
         """List ``partitions`` in the next request even if their state did not change: the leader
         answered them with an error, and may not hold them in the session (a topic id it did not know
         yet is answered UNKNOWN_TOPIC_ID outside the session) — unlisted, they would never be fetched."""

@@ -46,8 +46,7 @@ from dataclasses import dataclass, replace
 from broker import divergence
 from broker.divergence import EpochEndOffset, EpochEntry
 from proto.errors import ErrorCode
-
-TopicPartitionKey = tuple[str, int]  # (topic, partition)
+from proto.kafka_types import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +68,7 @@ class PartitionFetchState:
 
 @dataclass(frozen=True, slots=True)
 class FetchRequestPartition:
-    topic_partition: TopicPartitionKey
+    topic_partition: TopicPartition
     fetch_offset: int
     last_fetched_epoch: int | None
     current_leader_epoch: int
@@ -108,7 +107,7 @@ class LocalLogView:
 
 @dataclass(frozen=True, slots=True)
 class AppendRecords:
-    topic_partition: TopicPartitionKey
+    topic_partition: TopicPartition
     records: object
     leader_high_watermark: int
     leader_log_start_offset: int
@@ -120,7 +119,7 @@ class TruncateTo:
     this same answer to this same position (0: the first time); from 1 on the truncation makes no
     progress, the partition is backed off and the driver warns once, at 1."""
 
-    topic_partition: TopicPartitionKey
+    topic_partition: TopicPartition
     offset: int
     reason: str
     repeated: int = 0
@@ -128,7 +127,7 @@ class TruncateTo:
 
 @dataclass(frozen=True, slots=True)
 class TruncateFullyAndStartAt:
-    topic_partition: TopicPartitionKey
+    topic_partition: TopicPartition
     offset: int
 
 
@@ -136,13 +135,13 @@ class TruncateFullyAndStartAt:
 class Fenced:
     """The leader says this replica's leader epoch is stale: wait for the metadata log."""
 
-    topic_partition: TopicPartitionKey
+    topic_partition: TopicPartition
     message: str
 
 
 @dataclass(frozen=True, slots=True)
 class BackedOff:
-    topic_partition: TopicPartitionKey
+    topic_partition: TopicPartition
     code: ErrorCode
     message: str
 
@@ -158,10 +157,10 @@ class ReplicaFetcher:
         self.replica_id = replica_id
         self.broker_epoch = broker_epoch
         self.config = config
-        self._states: dict[TopicPartitionKey, PartitionFetchState] = {}
+        self._states: dict[TopicPartition, PartitionFetchState] = {}
         # The last truncation answer per partition: (fetch offset, last fetched epoch, truncation
         # offset, reason) and how many times in a row it repeated (see the module docstring).
-        self._truncations: dict[TopicPartitionKey, tuple[tuple[object, ...], int]] = {}
+        self._truncations: dict[TopicPartition, tuple[tuple[object, ...], int]] = {}
         self._in_flight: FetchRequestPlan | None = None
         self._request_ids = itertools.count(1)
 
@@ -169,7 +168,7 @@ class ReplicaFetcher:
 
     def add_partition(
         self,
-        tp: TopicPartitionKey,
+        tp: TopicPartition,
         fetch_offset: int,
         last_fetched_epoch: int | None,
         current_leader_epoch: int,
@@ -178,14 +177,14 @@ class ReplicaFetcher:
         self._states[tp] = PartitionFetchState(fetch_offset, last_fetched_epoch, current_leader_epoch)
         self._truncations.pop(tp, None)
 
-    def remove_partition(self, tp: TopicPartitionKey) -> None:
+    def remove_partition(self, tp: TopicPartition) -> None:
         self._states.pop(tp, None)
         self._truncations.pop(tp, None)
 
-    def partitions(self) -> dict[TopicPartitionKey, PartitionFetchState]:
+    def partitions(self) -> dict[TopicPartition, PartitionFetchState]:
         return dict(self._states)
 
-    def update_position(self, tp: TopicPartitionKey, log_end_offset: int, latest_epoch: int | None) -> None:
+    def update_position(self, tp: TopicPartition, log_end_offset: int, latest_epoch: int | None) -> None:
         """The driver appended or truncated: fetch from the new local log end next."""
         state = self._states.get(tp)
         if state is not None:  # built directly: dataclasses.replace costs more on this per-round path
@@ -231,8 +230,8 @@ class ReplicaFetcher:
     def handle_response(
         self,
         request_id: int,
-        responses: Mapping[TopicPartitionKey, FetchedPartition],
-        local_view: Callable[[TopicPartitionKey], LocalLogView],
+        responses: Mapping[TopicPartition, FetchedPartition],
+        local_view: Callable[[TopicPartition], LocalLogView],
         now_ms: int,
     ) -> list[FetchAction]:
         """Turn the leader's answer into actions; a stale or duplicated answer yields none."""
@@ -284,9 +283,9 @@ class ReplicaFetcher:
 
     def _partition_action(
         self,
-        tp: TopicPartitionKey,
+        tp: TopicPartition,
         fetched: FetchedPartition,
-        local_view: Callable[[TopicPartitionKey], LocalLogView],
+        local_view: Callable[[TopicPartition], LocalLogView],
         now_ms: int,
     ) -> FetchAction:
         if fetched.error == ErrorCode.NONE and fetched.diverging_epoch is not None:
@@ -310,20 +309,20 @@ class ReplicaFetcher:
         self._delay(tp, now_ms)
         return BackedOff(tp, fetched.error, fetched.message)
 
-    def _out_of_range(self, tp: TopicPartitionKey, fetched: FetchedPartition) -> FetchAction:
+    def _out_of_range(self, tp: TopicPartition, fetched: FetchedPartition) -> FetchAction:
         state = self._states[tp]
         if state.fetch_offset < fetched.log_start_offset:
             return TruncateFullyAndStartAt(tp, fetched.log_start_offset)
         # Ahead of the leader's log end with no epoch to compare: keep only what the leader has.
         return TruncateTo(tp, fetched.log_end_offset, "fetch offset beyond the leader's log end offset")
 
-    def back_off(self, tp: TopicPartitionKey, now_ms: int) -> None:
+    def back_off(self, tp: TopicPartition, now_ms: int) -> None:
         """The driver could not apply the leader's answer for ``tp`` (e.g. a storage error): fetch it
         again only after ``fetch_backoff_ms`` — the leader would answer the same at once, and a hot
         retry loop burns both brokers' CPU (Kafka's delayPartitions)."""
         self._delay(tp, now_ms)
 
-    def _delay(self, tp: TopicPartitionKey, now_ms: int) -> None:
+    def _delay(self, tp: TopicPartition, now_ms: int) -> None:
         state = self._states.get(tp)
         if state is not None:
             self._states[tp] = replace(state, delayed_until_ms=now_ms + self.config.fetch_backoff_ms)

@@ -47,19 +47,18 @@ from broker.fetch_session import FetchSessionHandler, PartitionFetchRequest, Ses
 from broker.fetcher import FetchedPartition, FetcherConfig, FetchRequestPlan, ReplicaFetcher, TruncateTo
 from broker.handlers.context import uuid_of
 from broker.kafka_client import KafkaConnection, KafkaConnectionError
-from broker.replica_manager import TP, ReplicaManager
+from broker.replica_manager import ReplicaManager
 from proto import errors
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.codec import KafkaDecodeError
+from proto.kafka_types import NO_EPOCH, NO_OFFSET, TopicPartition
 from proto.logfmt import log_event
 
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 15  # KIP-903 replica state (broker epoch), topic ids, diverging epoch
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
-NO_OFFSET = -1
-NO_EPOCH = -1
 SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
 
 _BACKGROUND: set[asyncio.Future] = set()  # strong references to fire-and-forget clean-ups
@@ -197,7 +196,7 @@ class FetcherDriver:
             hint="the same truncation left the log unchanged; fetching again after each back-off",
         )  # fmt: skip
 
-    async def _fetch(self, plan: FetchRequestPlan) -> dict[TP, FetchedPartition] | None:
+    async def _fetch(self, plan: FetchRequestPlan) -> dict[TopicPartition, FetchedPartition] | None:
         """One Fetch round trip for ``plan``: the answers by partition (only those the leader sent),
         or None while the leader has no address. A session error yields no answers: every partition
         is fetched again at once, in a full request."""
@@ -261,7 +260,7 @@ class FetcherDriver:
             ],
         )  # fmt: skip
 
-    def _answers(self, response: m.FetchResponse) -> dict[TP, FetchedPartition]:
+    def _answers(self, response: m.FetchResponse) -> dict[TopicPartition, FetchedPartition]:
         names = {uuid_of(self.topic_id_of(name)): name for name in self._followed_topics()}
         answers = {}
         for topic in response.responses:
@@ -285,7 +284,7 @@ class FetcherDriver:
         self,
         connection: KafkaConnection,
         plan: FetchRequestPlan,
-        answers: dict[TP, FetchedPartition],
+        answers: dict[TopicPartition, FetchedPartition],
         timeout_s: float,
     ) -> None:
         """Fill the leader's log end offset into OFFSET_OUT_OF_RANGE answers above its log start."""
@@ -369,7 +368,7 @@ class FetcherManager:
         self.request_timeout_ms = request_timeout_ms
         self.manager: ReplicaManager | None = None
         self.drivers: dict[int, FetcherDriver] = {}
-        self._leader_of: dict[TP, int] = {}
+        self._leader_of: dict[TopicPartition, int] = {}
 
     def set_broker_epoch(self, broker_epoch: int) -> None:
         self.broker_epoch = broker_epoch
@@ -377,7 +376,12 @@ class FetcherManager:
             driver.fetcher.broker_epoch = broker_epoch
 
     def add_partition(
-        self, leader_id: int, tp: TP, fetch_offset: int, last_fetched_epoch: int | None, leader_epoch: int
+        self,
+        leader_id: int,
+        tp: TopicPartition,
+        fetch_offset: int,
+        last_fetched_epoch: int | None,
+        leader_epoch: int,
     ) -> None:
         self.remove_partition(tp)
         assert self.manager is not None, "FetcherManager.manager is set before any partition is added"
@@ -392,7 +396,7 @@ class FetcherManager:
         self._leader_of[tp] = leader_id
         driver.wake()
 
-    def remove_partition(self, tp: TP) -> None:
+    def remove_partition(self, tp: TopicPartition) -> None:
         leader_id = self._leader_of.pop(tp, None)
         driver = None if leader_id is None else self.drivers.get(leader_id)
         if driver is None:  # not followed, or its driver stopped after the fetcher dropped it (Fenced)
@@ -402,7 +406,7 @@ class FetcherManager:
             del self.drivers[leader_id]
             _background(driver.stop())
 
-    def followed(self) -> dict[TP, int]:
+    def followed(self) -> dict[TopicPartition, int]:
         """Partition -> the leader it is fetched from."""
         return dict(self._leader_of)
 

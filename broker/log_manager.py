@@ -35,6 +35,7 @@ from pathlib import Path
 
 from metadata.image import MetadataImage
 from proto import errors
+from proto.kafka_types import TopicPartition
 from proto.logfmt import log_event
 from storage.config import LogConfig
 from storage.log import Log
@@ -42,7 +43,6 @@ from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]  # (topic name, partition)
 UNLIMITED_FROM = 2**62  # Kafka's Long.MAX_VALUE defaults of flush.* mean "never" (None in LogConfig)
 LOG_CONFIG_KEYS = tuple(f.replace("_", ".") for f in LogConfig.__dataclass_fields__)
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
@@ -64,15 +64,15 @@ class LogManager:
         self.clock_ms = clock_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.image = MetadataImage()  # the topic overrides and cluster defaults of the configs
-        self.logs: dict[TP, Log] = {}
+        self.logs: dict[TopicPartition, Log] = {}
         self._next_producer_expiry_ms = 0
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    def get_log(self, tp: TP) -> Log | None:
+    def get_log(self, tp: TopicPartition) -> Log | None:
         return self.logs.get(tp)
 
-    def get_or_create_log(self, tp: TP) -> Log:
+    def get_or_create_log(self, tp: TopicPartition) -> Log:
         """The log of ``tp``, opened (recovered) or created on first use."""
         plog = self.logs.get(tp)
         if plog is None:
@@ -83,7 +83,7 @@ class LogManager:
             self.logs[tp] = plog
         return plog
 
-    def remove_log(self, tp: TP, delete: bool) -> None:
+    def remove_log(self, tp: TopicPartition, delete: bool) -> None:
         """Close the log of ``tp``; ``delete``: remove its directory too (the replica left this broker)."""
         plog = self.logs.pop(tp, None)
         if plog is None:
@@ -146,10 +146,10 @@ class LogManager:
         for plog in self.logs.values():
             plog.maybe_flush()
 
-    def delete_old_segments(self) -> dict[TP, int]:
+    def delete_old_segments(self) -> dict[TopicPartition, int]:
         """Retention (retention.ms / retention.bytes, whole segments below the HW): the number of
         segments deleted per log that lost some (its log start offset moved)."""
-        deleted: dict[TP, int] = {}
+        deleted: dict[TopicPartition, int] = {}
         for tp, plog in self.logs.items():
             count = plog.delete_old_segments()
             if count:

@@ -43,9 +43,8 @@ from broker import divergence
 from broker.divergence import EpochEndOffset, EpochEntry
 from metadata.image import BrokerRegistration, isr_ineligibility
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_EPOCH, NO_LEADER
 
-NO_LEADER = -1
-NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 VALID_ACKS = (ACKS_NONE, ACKS_LEADER, ACKS_ALL)

@@ -148,8 +148,6 @@ from broker.fetcher import (
 from broker.log_manager import LogManager
 from broker.partition import (
     ACKS_ALL,
-    NO_EPOCH,
-    NO_LEADER,
     AlterPartitionProposal,
     Partition,
     PartitionError,
@@ -160,11 +158,11 @@ from broker.purgatory import DelayedOperationPurgatory
 from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_EPOCH, NO_LEADER, NO_OFFSET, NO_TIMESTAMP, TopicPartition
 from proto.logfmt import log_event
 from storage.batch_header import HEADER_SIZE, CorruptRecordError, iter_batches
 from storage.compression import CompressionType
 from storage.file_slice import Records
-from storage.index import NO_TIMESTAMP
 from storage.log import Log
 from storage.log_validator import AppendOrigin
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
@@ -173,8 +171,6 @@ from storage.record_batch import MIN_RECORD_BYTES
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]  # (topic name, partition)
-NO_OFFSET = -1
 # Kafka's Topic.isInternal: written by the broker's coordinators only (AppendOrigin.COORDINATOR).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -183,10 +179,15 @@ class FetcherControl(Protocol):
     """The follower side: start or stop fetching a partition from its leader (broker.fetcher_driver)."""
 
     def add_partition(
-        self, leader_id: int, tp: TP, fetch_offset: int, last_fetched_epoch: int | None, leader_epoch: int
+        self,
+        leader_id: int,
+        tp: TopicPartition,
+        fetch_offset: int,
+        last_fetched_epoch: int | None,
+        leader_epoch: int,
     ) -> None: ...
 
-    def remove_partition(self, tp: TP) -> None: ...
+    def remove_partition(self, tp: TopicPartition) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,14 +203,14 @@ class ProduceResult:
 
 @dataclass(frozen=True, slots=True)
 class ProduceRequestPartition:
-    tp: TP
+    tp: TopicPartition
     records: bytes
     current_leader_epoch: int | None
 
 
 @dataclass(frozen=True, slots=True)
 class FetchRequestPartition:
-    tp: TP
+    tp: TopicPartition
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int | None
@@ -246,8 +247,8 @@ class ListOffsetResult:
     leader_epoch: int = NO_EPOCH
 
 
-ProduceCallback = Callable[[dict[TP, ProduceResult]], None]
-FetchCallback = Callable[[dict[TP, FetchResult]], None]
+ProduceCallback = Callable[[dict[TopicPartition, ProduceResult]], None]
+FetchCallback = Callable[[dict[TopicPartition, FetchResult]], None]
 
 
 def _available_bytes(fetch_offset: int, end_offset: int) -> int:
@@ -318,17 +319,17 @@ class ReplicaManager:
         self.send_alter_partition = send_alter_partition
         self.on_deadline = on_deadline
         self.image = MetadataImage()
-        self.partitions: dict[TP, Partition] = {}
+        self.partitions: dict[TopicPartition, Partition] = {}
         self.topic_ids: dict[str, str] = {}  # topic name -> id, for the hosted partitions
-        self._applied: dict[TP, PartitionRegistration] = {}
+        self._applied: dict[TopicPartition, PartitionRegistration] = {}
         # Delayed operations by partition (Kafka's three purgatories: produce, and fetch split in two
         # because a follower fetch is woken by the LEO, a consumer fetch by the HW).
-        self.produces: DelayedOperationPurgatory[TP] = DelayedOperationPurgatory()
-        self.follower_fetches: DelayedOperationPurgatory[TP] = DelayedOperationPurgatory()
-        self.consumer_fetches: DelayedOperationPurgatory[TP] = DelayedOperationPurgatory()
+        self.produces: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory()
+        self.follower_fetches: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory()
+        self.consumer_fetches: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory()
         # Called with (tp, is_leader, leader_epoch) on every new role of a hosted partition, and
         # (tp, False, NO_EPOCH) when it stops; the group coordinator loads/unloads __consumer_offsets.
-        self.role_listeners: list[Callable[[TP, bool, int], None]] = []
+        self.role_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
         # Called with the image after every apply_image (the group coordinator drops deleted topics' offsets).
         self.image_listeners: list[Callable[[MetadataImage], None]] = []
 
@@ -338,7 +339,7 @@ class ReplicaManager:
         """Bring every hosted partition in line with ``image`` (Kafka's ``ReplicaManager.applyDelta``)."""
         self.image = image
         self.log_manager.update_image(image)
-        hosted: dict[TP, tuple[str, PartitionRegistration]] = {}
+        hosted: dict[TopicPartition, tuple[str, PartitionRegistration]] = {}
         for topic_id, index in image.partitions_hosted_by(self.broker_id):
             topic = image.topics[topic_id]
             hosted[(topic.name, index)] = (topic_id, topic.partitions[index])
@@ -356,7 +357,7 @@ class ReplicaManager:
         for listener in self.image_listeners:
             listener(image)
 
-    def _apply_partition(self, tp: TP, reg: PartitionRegistration, now_ms: int) -> None:
+    def _apply_partition(self, tp: TopicPartition, reg: PartitionRegistration, now_ms: int) -> None:
         partition, plog = self._open(tp)
         partition.min_insync_replicas = self.log_manager.min_insync_replicas(tp[0])
         plog.update_config(self.log_manager.log_config(tp[0]))  # e.g. cleanup.policy altered on a live topic
@@ -367,7 +368,7 @@ class ReplicaManager:
         plog.update_high_watermark(partition.high_watermark)
 
     def _become_leader(
-        self, tp: TP, partition: Partition, plog: Log, reg: PartitionRegistration, now_ms: int
+        self, tp: TopicPartition, partition: Partition, plog: Log, reg: PartitionRegistration, now_ms: int
     ) -> None:
         if partition.role is not Role.LEADER or reg.leader_epoch > partition.leader_epoch:
             plog.maybe_assign_epoch_start_offset(reg.leader_epoch)  # before any append (makeLeader)
@@ -384,7 +385,9 @@ class ReplicaManager:
         if partition.maybe_increment_high_watermark() is not None:
             self._high_watermark_moved(tp)
 
-    def _become_follower(self, tp: TP, partition: Partition, plog: Log, reg: PartitionRegistration) -> None:
+    def _become_follower(
+        self, tp: TopicPartition, partition: Partition, plog: Log, reg: PartitionRegistration
+    ) -> None:
         is_new = partition.become_follower(
             reg.leader, reg.leader_epoch, reg.partition_epoch, reg.isr, reg.replicas,
             plog.log_end_offset, plog.high_watermark, plog.log_start_offset,
@@ -401,11 +404,11 @@ class ReplicaManager:
                 reg.leader, tp, plog.log_end_offset, plog.latest_epoch, reg.leader_epoch
             )
 
-    def _notify_role(self, tp: TP, is_leader: bool, leader_epoch: int) -> None:
+    def _notify_role(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
         for listener in self.role_listeners:
             listener(tp, is_leader, leader_epoch)
 
-    def _stop_replica(self, tp: TP, delete: bool) -> None:
+    def _stop_replica(self, tp: TopicPartition, delete: bool) -> None:
         partition = self.partitions.pop(tp, None)
         self._applied.pop(tp, None)
         self.fetchers.remove_partition(tp)
@@ -416,7 +419,7 @@ class ReplicaManager:
         self.log_manager.remove_log(tp, delete)
         log_event(log, logging.INFO, "replica_stopped", topic=tp[0], partition=tp[1], deleted=delete)
 
-    def _open(self, tp: TP) -> tuple[Partition, Log]:
+    def _open(self, tp: TopicPartition) -> tuple[Partition, Log]:
         partition = self.partitions.get(tp)
         if partition is None:
             self.log_manager.get_or_create_log(tp)
@@ -435,39 +438,42 @@ class ReplicaManager:
 
     # ---- events that complete delayed operations ------------------------------------------------
 
-    def _high_watermark_moved(self, tp: TP) -> None:
+    def _high_watermark_moved(self, tp: TopicPartition) -> None:
         """The leader's HW moved: persist it in memory, answer acks=all produces and consumer fetches."""
         self.logs[tp].update_high_watermark(self.partitions[tp].high_watermark)
         self.produces.check_and_complete(tp)
         self.consumer_fetches.check_and_complete(tp)
 
-    def _partition_changed(self, tp: TP) -> None:
+    def _partition_changed(self, tp: TopicPartition) -> None:
         """Leadership changed or the replica stopped: every delayed operation on ``tp`` answers now."""
         self.produces.check_and_complete(tp)
         self.consumer_fetches.complete_all(tp)
         self.follower_fetches.complete_all(tp)
 
-    def _produce_check(self, tp: TP, required_offset: int, leader_epoch: int) -> ProduceCheck:
+    def _produce_check(self, tp: TopicPartition, required_offset: int, leader_epoch: int) -> ProduceCheck:
         partition = self.partitions.get(tp)
         if partition is None:
             message = f"{tp[0]}-{tp[1]}: no longer hosted here"
             return ProduceCheck(True, ErrorCode.NOT_LEADER_OR_FOLLOWER, message)
         return partition.check_enough_replicas_reach_offset(required_offset, leader_epoch)
 
-    def _consumer_readiness(self, tp: TP, fetch_offset: int) -> FetchReadiness:
+    def _consumer_readiness(self, tp: TopicPartition, fetch_offset: int) -> FetchReadiness:
         partition = self.partitions.get(tp)
         if partition is None or partition.role is not Role.LEADER:
             return FetchReadiness(0, complete_now=True)
         return FetchReadiness(_available_bytes(fetch_offset, partition.high_watermark))
 
-    def _follower_readiness(self, tp: TP, fetch_offset: int) -> FetchReadiness:
+    def _follower_readiness(self, tp: TopicPartition, fetch_offset: int) -> FetchReadiness:
         partition = self.partitions.get(tp)
         if partition is None or partition.role is not Role.LEADER:
             return FetchReadiness(0, complete_now=True)
         return FetchReadiness(_available_bytes(fetch_offset, partition.log_end_offset))
 
     def _answer_produce(
-        self, callback: ProduceCallback, results: dict[TP, ProduceResult], outcomes: dict[TP, ProduceOutcome]
+        self,
+        callback: ProduceCallback,
+        results: dict[TopicPartition, ProduceResult],
+        outcomes: dict[TopicPartition, ProduceOutcome],
     ) -> None:
         """A delayed produce completed: each partition's outcome, with the offsets found at append."""
         for tp, outcome in outcomes.items():
@@ -497,7 +503,7 @@ class ReplicaManager:
         self.follower_fetches.expire(now_ms)
         self.consumer_fetches.expire(now_ms)
 
-    def _leader_of(self, tp: TP) -> tuple[int, int]:
+    def _leader_of(self, tp: TopicPartition) -> tuple[int, int]:
         partition = self.partitions.get(tp)
         if partition is None:
             return NO_LEADER, NO_EPOCH
@@ -522,8 +528,8 @@ class ReplicaManager:
         ``origin``: only the broker's coordinators (``AppendOrigin.COORDINATOR``) may append to an
         internal topic or write control batches; ``zstd_allowed`` is False for a Produce below v7
         (KIP-110)."""
-        results: dict[TP, ProduceResult] = {}
-        waits: dict[TP, ProduceWait] = {}
+        results: dict[TopicPartition, ProduceResult] = {}
+        waits: dict[TopicPartition, ProduceWait] = {}
         self.log_manager.maybe_expire_producers()
         for item in items:
             result, wait = self._append(item, acks, origin, zstd_allowed)
@@ -583,7 +589,7 @@ class ReplicaManager:
         return result, ProduceWait(info.last_offset + 1, partition.leader_epoch)
 
     def _duplicate_result(
-        self, tp: TP, partition: Partition, producer_id: int, verdict: Duplicate
+        self, tp: TopicPartition, partition: Partition, producer_id: int, verdict: Duplicate
     ) -> tuple[ProduceResult, ProduceWait | None]:
         """A retried batch already in the log: the original's offsets; acks=all waits for its HW."""
         plog = self.logs[tp]
@@ -596,12 +602,12 @@ class ReplicaManager:
         )  # fmt: skip
         return result, ProduceWait(verdict.last_offset + 1, partition.leader_epoch)
 
-    def _leader_tail(self, tp: TP) -> tuple[int, int, int, int]:
+    def _leader_tail(self, tp: TopicPartition) -> tuple[int, int, int, int]:
         """(base offset, log append time, log start offset, leader id, leader epoch) after the message."""
         plog = self.logs.get(tp)
         return (NO_OFFSET, NO_TIMESTAMP, plog.log_start_offset if plog else NO_OFFSET, *self._leader_of(tp))
 
-    def _check_hosted(self, tp: TP) -> PartitionError | None:
+    def _check_hosted(self, tp: TopicPartition) -> PartitionError | None:
         topic = self.image.topic_by_name(tp[0])
         if topic is None or tp[1] not in topic.partitions:
             return PartitionError(
@@ -635,7 +641,7 @@ class ReplicaManager:
         ``zstd_allowed`` is False for a Fetch below v10 (KIP-110). ``file_slices``: records as
         ``FileSlice``s (for sendfile), except below v10 where the zstd check reads them."""
 
-        def read() -> dict[TP, FetchResult]:
+        def read() -> dict[TopicPartition, FetchResult]:
             budget = FetchBudget(max_bytes, file_slices and zstd_allowed)
             results = {item.tp: self._consumer_read(item, budget) for item in items}
             if not zstd_allowed:
@@ -652,9 +658,9 @@ class ReplicaManager:
         max_wait_ms: int,
         now_ms: int,
         callback: FetchCallback,
-        read: Callable[[], dict[TP, FetchResult]],
-        purgatory: DelayedOperationPurgatory[TP],
-        readiness: Callable[[TP, int], FetchReadiness],
+        read: Callable[[], dict[TopicPartition, FetchResult]],
+        purgatory: DelayedOperationPurgatory[TopicPartition],
+        readiness: Callable[[TopicPartition, int], FetchReadiness],
     ) -> None:
         """Answer now when ``min_bytes`` are there, a partition must answer at once, or no wait is
         allowed; else park in ``purgatory`` and read again when it completes (woken or expired)."""
@@ -694,7 +700,7 @@ class ReplicaManager:
         return FetchResult(ErrorCode.NONE, records=records, **base)
 
     def list_offset(
-        self, tp: TP, spec: str, timestamp_ms: int, current_leader_epoch: int | None
+        self, tp: TopicPartition, spec: str, timestamp_ms: int, current_leader_epoch: int | None
     ) -> ListOffsetResult:
         """EARLIEST = log start offset, LATEST = HW, TIMESTAMP = the time index, MAX_TIMESTAMP = the
         batch with the largest timestamp (both below the HW).
@@ -735,7 +741,7 @@ class ReplicaManager:
             leader_epoch=self._epoch_at(plog, found.offset),
         )  # fmt: skip
 
-    def delete_records(self, tp: TP, offset: int) -> ListOffsetResult:
+    def delete_records(self, tp: TopicPartition, offset: int) -> ListOffsetResult:
         """DeleteRecords on the leader: the log start offset moves to ``offset`` (-1 = the HW), so
         consumers no longer see what lies before it; retention deletes the whole segments below it and
         followers follow the leader's log start offset. Beyond the HW is OFFSET_OUT_OF_RANGE; a
@@ -768,7 +774,7 @@ class ReplicaManager:
                       log_start_offset=plog.log_start_offset)  # fmt: skip
         return ListOffsetResult(ErrorCode.NONE, offset=plog.log_start_offset)
 
-    def producer_entries(self, tp: TP) -> tuple[PartitionError | None, list[ProducerEntry]]:
+    def producer_entries(self, tp: TopicPartition) -> tuple[PartitionError | None, list[ProducerEntry]]:
         """DescribeProducers, on the leader: the idempotent producers the partition remembers."""
         error = self._check_hosted(tp)
         partition = self.partitions.get(tp)
@@ -806,7 +812,7 @@ class ReplicaManager:
         The broker epoch is checked at every read, parked or not: a fetch parked before the image
         showed the follower's new incarnation must not record the old incarnation's LEO (KIP-903)."""
 
-        def read() -> dict[TP, FetchResult]:
+        def read() -> dict[TopicPartition, FetchResult]:
             budget = FetchBudget(max_bytes, file_slices)
             now = clock_ms()
             stale = self._stale_broker_epoch(replica_id, broker_epoch)
@@ -875,7 +881,7 @@ class ReplicaManager:
         return FetchResult(ErrorCode.NONE, records=records, **base)
 
     def offsets_for_leader_epoch(
-        self, tp: TP, current_leader_epoch: int | None, leader_epoch: int
+        self, tp: TopicPartition, current_leader_epoch: int | None, leader_epoch: int
     ) -> tuple[PartitionError | None, EpochEndOffset]:
         error = self._check_hosted(tp)
         if error is not None:
@@ -895,7 +901,7 @@ class ReplicaManager:
                           isr=proposal.new_isr, lagging=partition.out_of_sync_replicas(now_ms))  # fmt: skip
                 self.send_alter_partition(self.topic_ids[tp[0]], proposal)
 
-    def pending_proposal(self, tp: TP) -> AlterPartitionProposal | None:
+    def pending_proposal(self, tp: TopicPartition) -> AlterPartitionProposal | None:
         partition = self.partitions.get(tp)
         return None if partition is None else partition.pending_isr
 
@@ -920,11 +926,11 @@ class ReplicaManager:
 
     # ---- follower side: fetcher actions ----------------------------------------------------------
 
-    def local_view(self, tp: TP) -> LocalLogView:
+    def local_view(self, tp: TopicPartition) -> LocalLogView:
         plog, partition = self.logs[tp], self.partitions[tp]
         return LocalLogView(plog.leader_epoch_cache.entries, plog.log_end_offset, partition.high_watermark)
 
-    def log_position(self, tp: TP) -> tuple[int, int | None] | None:
+    def log_position(self, tp: TopicPartition) -> tuple[int, int | None] | None:
         """(log end offset, latest epoch) of a hosted partition, for the fetcher's next request."""
         plog = self.logs.get(tp)
         return None if plog is None else (plog.log_end_offset, plog.latest_epoch)
@@ -954,7 +960,9 @@ class ReplicaManager:
             log_event(log, logging.DEBUG, "fetch_state", topic=tp[0], partition=tp[1], action=action)
         plog.update_high_watermark(partition.high_watermark)
 
-    def _append_as_follower(self, tp: TP, partition: Partition, plog: Log, action: AppendRecords) -> None:
+    def _append_as_follower(
+        self, tp: TopicPartition, partition: Partition, plog: Log, action: AppendRecords
+    ) -> None:
         records = action.records
         if records:
             plog.append_as_follower(records)  # type: ignore[arg-type]
@@ -967,7 +975,7 @@ class ReplicaManager:
 
     # ---- durability and shutdown -----------------------------------------------------------------
 
-    def led_partitions(self) -> list[TP]:
+    def led_partitions(self) -> list[TopicPartition]:
         return sorted(tp for tp, p in self.partitions.items() if p.role is Role.LEADER)
 
     def delete_old_segments(self) -> int:
@@ -999,7 +1007,7 @@ class ReplicaManager:
             )
 
 
-def _high_watermark_lagging(tp: TP, partition: Partition) -> ListOffsetResult | None:
+def _high_watermark_lagging(tp: TopicPartition, partition: Partition) -> ListOffsetResult | None:
     """OFFSET_NOT_AVAILABLE while a new leader's HW is below its epoch's start offset, else None."""
     epoch_start = partition.leader_epoch_start_offset
     if epoch_start <= partition.high_watermark:
@@ -1015,7 +1023,7 @@ def _high_watermark_lagging(tp: TP, partition: Partition) -> ListOffsetResult | 
 KNOWN_CODECS = frozenset(int(c) for c in CompressionType)
 
 
-def _check_codecs(records: bytes, tp: TP, zstd_allowed: bool = True) -> None:
+def _check_codecs(records: bytes, tp: TopicPartition, zstd_allowed: bool = True) -> None:
     """Refuse a batch whose attributes name no known codec (ids 5-7), or zstd when the request's
     version predates it, before the log validates it (which names any structural problem)."""
     try:
@@ -1034,7 +1042,7 @@ def _check_codecs(records: bytes, tp: TP, zstd_allowed: bool = True) -> None:
         return  # the log's validation says what is wrong with it
 
 
-def _without_zstd(tp: TP, result: FetchResult) -> FetchResult:
+def _without_zstd(tp: TopicPartition, result: FetchResult) -> FetchResult:
     """For a Fetch below v10 (KIP-110): the batches before the first zstd one; when the fetch offset's
     batch is zstd, UNSUPPORTED_COMPRESSION_TYPE with no records, as Kafka answers such a consumer."""
     if not result.records:

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from metadata.configs import AlterConfigOp
 from metadata.partition_change import Election
-from metadata.records import NO_LEADER, ConfigResourceType, Endpoint
+from metadata.records import ConfigResourceType, Endpoint
 from proto.errors import ErrorCode as Code
+from proto.kafka_types import NO_LEADER
 
 USE_DEFAULT = -1  # Kafka: num_partitions / replication_factor of -1 = the cluster default
 

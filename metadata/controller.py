@@ -51,7 +51,6 @@ from metadata.heartbeats import BrokerHeartbeatManager
 from metadata.image import MetadataImage
 from metadata.records import (
     NO_CLUSTER_ID,
-    NO_LEADER,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -64,6 +63,7 @@ from metadata.records import (
     UnregisterBrokerRecord,
 )
 from metadata.topics import validate_assignment, validate_counts, validate_topic_name
+from proto.kafka_types import NO_LEADER
 
 T = TypeVar("T")
 

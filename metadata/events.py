@@ -38,7 +38,6 @@ from collections.abc import Iterable
 from metadata.image import MetadataImage, PartitionRegistration, changed_partition
 from metadata.records import (
     BROKER_EPOCH_FROM_OFFSET,
-    NO_LEADER,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -50,6 +49,7 @@ from metadata.records import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
+from proto.kafka_types import NO_LEADER
 
 Event = tuple[str, dict[str, object]]
 WARNING_EVENTS = frozenset({"broker_fenced", "partition_offline"})

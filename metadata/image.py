@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 from metadata.records import (
     BROKER_EPOCH_FROM_OFFSET,
     NO_CLUSTER_ID,
-    NO_LEADER,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -52,12 +51,13 @@ from metadata.records import (
     decode_snapshot,
     encode_snapshot,
 )
+from proto.kafka_types import NO_LEADER
 
 SNAPSHOT_BROKER_ID = -1  # the producer-id counter in a snapshot belongs to no broker
 NO_OFFSET = 0  # an empty image covers no entry (Raft indexes start at 1)
 FIRST_PRODUCER_ID = 0
 
-TopicPartition = tuple[str, int]  # (topic_id, partition)
+TopicIdAndIndex = tuple[str, int]  # (topic id, partition index): the controller's key of a partition
 ConfigKey = tuple[ConfigResourceType, str]
 
 
@@ -143,7 +143,7 @@ class MetadataImage:
         self.topic_ids: dict[str, str] = {}  # name -> topic id
         self.configs: dict[ConfigKey, dict[str, str]] = {}
         self.next_producer_id = FIRST_PRODUCER_ID
-        self.replicas_by_broker: dict[int, set[TopicPartition]] = {}
+        self.replicas_by_broker: dict[int, set[TopicIdAndIndex]] = {}
 
     # ---- replay ----------------------------------------------------------------------------
 
@@ -283,7 +283,7 @@ class MetadataImage:
         topic_id = self.topic_ids.get(name)
         return None if topic_id is None else self.topics[topic_id]
 
-    def partitions_hosted_by(self, broker_id: int) -> list[TopicPartition]:
+    def partitions_hosted_by(self, broker_id: int) -> list[TopicIdAndIndex]:
         """Partitions with ``broker_id`` among the replicas, in a deterministic order."""
         return sorted(self.replicas_by_broker.get(broker_id, ()))
 

@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from metadata.controller import QuorumController
-from metadata.records import NO_LEADER
+from proto.kafka_types import NO_LEADER
 from raft.driver import RaftDriver
 
 

@@ -26,7 +26,8 @@ import enum
 from collections.abc import Callable
 
 from metadata.image import PartitionRegistration
-from metadata.records import NO_LEADER, PartitionChangeRecord
+from metadata.records import PartitionChangeRecord
+from proto.kafka_types import NO_LEADER
 
 
 class Election(enum.IntEnum):

@@ -30,13 +30,14 @@ from metadata.api import (
 from metadata.image import (
     MetadataImage,
     PartitionRegistration,
-    TopicPartition,
+    TopicIdAndIndex,
     changed_partition,
     isr_ineligibility,
 )
 from metadata.partition_change import Election, isr_without, partition_change_builder
 from metadata.placement import PlacementBroker, place_partitions
-from metadata.records import NO_LEADER, ZERO_UUID, PartitionChangeRecord, PartitionRecord
+from metadata.records import ZERO_UUID, PartitionChangeRecord, PartitionRecord
+from proto.kafka_types import NO_LEADER
 
 
 def new_topic_id(rng: random.Random, taken: Iterable[str]) -> str:
@@ -93,7 +94,7 @@ def placement(
 
 
 def _merged_records(
-    image: MetadataImage, changed: dict[TopicPartition, PartitionRegistration]
+    image: MetadataImage, changed: dict[TopicIdAndIndex, PartitionRegistration]
 ) -> list[PartitionChangeRecord]:
     """One record per changed partition: from its state in the image to its final state."""
     out = []
@@ -115,7 +116,7 @@ def move_leadership_off(image: MetadataImage, broker_ids: Iterable[int]) -> list
     leaving = frozenset(broker_ids)
     is_usable = usable_fn(image, unusable=leaving)
     topics = image.topics
-    changed: dict[TopicPartition, PartitionRegistration] = {}
+    changed: dict[TopicIdAndIndex, PartitionRegistration] = {}
     unclean_cache: dict[str, bool] = {}
     for broker_id in sorted(leaving):
         for tp in image.partitions_hosted_by(broker_id):

@@ -179,13 +179,24 @@ def _run(args: argparse.Namespace, action: Callable[[Any, argparse.Namespace], i
 
 def _print_json(value: Any) -> None:
     def default(o: Any) -> Any:
-        if dataclasses.is_dataclass(o):
-            return dataclasses.asdict(o)
         if isinstance(o, errors.KafkaError):
             return {"code": errors.ErrorCode(o.code).name, "message": o.message}
         return str(o)
 
-    print(json.dumps(value, default=default, indent=2, sort_keys=True))
+    print(json.dumps(_plain(value), default=default, indent=2, sort_keys=True))
+
+
+def _plain(o: Any) -> Any:
+    """Dataclasses and NamedTuples (``proto.kafka_types.TopicPartition``) as JSON objects, by field."""
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return {f.name: _plain(getattr(o, f.name)) for f in dataclasses.fields(o)}
+    if isinstance(o, tuple) and hasattr(o, "_asdict"):
+        return {k: _plain(v) for k, v in o._asdict().items()}
+    if isinstance(o, (list, tuple)):
+        return [_plain(v) for v in o]
+    if isinstance(o, dict):
+        return {k: _plain(v) for k, v in o.items()}
+    return o
 
 
 def _key_values(items: list[str], flag: str) -> dict[str, str]:

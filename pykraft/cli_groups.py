@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from proto import errors
+from proto.kafka_types import TopicPartition
 from pykraft.cli_admin import EXIT_ERROR, EXIT_USAGE, UsageError, _fail, _print_json, _table
 from pykraft.cli_kafka import (
     BOOTSTRAP_MISSING,
@@ -36,7 +37,6 @@ from pykraft.cli_kafka import (
     ClientError,
     ConsumerGroupDescription,
     KafkaGroupAdmin,
-    TopicPartition,
     add_bootstrap,
     check_bootstrap,
     tp_key,

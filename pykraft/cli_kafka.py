@@ -32,25 +32,19 @@ from typing import Any
 
 from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_OFFSET, TopicPartition
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP"
 CLIENT_LOG_ENV = "PYKRAFT_CLIENT_LOG_LEVEL"
 CLIENT_LOGGER = "pykraft.librdkafka"
 CLIENT_LOG_HANDLER = "pykraft.librdkafka.stderr"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-NO_OFFSET = -1
 OFFSET_INVALID = -1001  # librdkafka: no committed offset
 INACTIVE_STATES = frozenset({"Empty", "Dead"})
 BOOTSTRAP_MISSING = (
     f"give --bootstrap HOST:PORT of a broker's Kafka listener (or set {BOOTSTRAP_ENV}: "
     "`pykraft cluster up` prints it)"
 )
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
-    topic: str
-    partition: int
 
 
 def add_bootstrap(p: argparse.ArgumentParser) -> None:

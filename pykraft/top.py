@@ -35,7 +35,8 @@ from rich.table import Table
 from rich.text import Text
 
 from proto import errors
-from pykraft.admin import NO_LEADER, AdminClient, TopicDescription
+from proto.kafka_types import NO_LEADER, TopicPartition
+from pykraft.admin import AdminClient, TopicDescription
 
 SCRAPE_TIMEOUT_S = 0.8
 ADMIN_TIMEOUT_S = 2.0
@@ -43,7 +44,6 @@ LATENCY_APIS = ("Produce", "Fetch")
 UNDER_REPLICATED = "UNDER-REPLICATED"
 OFFLINE = "OFFLINE"
 
-TopicPartitionKey = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +64,8 @@ class NodeSample:
     bytes_in: dict[str, float] = field(default_factory=dict)
     bytes_out: dict[str, float] = field(default_factory=dict)
     buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # API -> (le, cumulative)
-    log_end_offset: dict[TopicPartitionKey, float] = field(default_factory=dict)
-    high_watermark: dict[TopicPartitionKey, float] = field(default_factory=dict)
+    log_end_offset: dict[TopicPartition, float] = field(default_factory=dict)
+    high_watermark: dict[TopicPartition, float] = field(default_factory=dict)
     group_committed: dict[tuple[str, str, int], float] = field(default_factory=dict)
     group_lag: dict[tuple[str, str, int], float] = field(default_factory=dict)
     controller_active: bool = False

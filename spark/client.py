@@ -44,10 +44,9 @@ from proto import errors
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
 from proto.kafka.codec import KafkaDecodeError
-from spark.options import EARLIEST_OFFSET, LATEST_OFFSET, TopicPartition
+from proto.kafka_types import NO_LEADER, NO_OFFSET, TopicPartition
+from spark.options import EARLIEST_OFFSET, LATEST_OFFSET
 
-NO_LEADER = -1
-NO_OFFSET = -1  # ListOffsets' answer when no record has a timestamp >= the one asked
 NO_REPLICA = -1  # Fetch's preferred_read_replica when the leader names none
 CONSUMER_REPLICA_ID = -1
 READ_COMMITTED = 1

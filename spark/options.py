@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from proto import errors
+from proto.kafka_types import TopicPartition
 
 # Kafka's ListOffsets sentinels, which Spark's JSON offsets reuse.
 EARLIEST_OFFSET = -2
@@ -60,15 +61,6 @@ class InvalidOptionError(errors.exception_class(errors.ErrorCode.INVALID_CONFIG)
     def __init__(self, option: str, message: str) -> None:
         self.option = option
         super().__init__(f"option '{option}': {message}")
-
-
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class SubscriptionKind(Enum):

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proto import errors
+from proto.kafka_types import TopicPartition
 from spark.options import (
     EARLIEST_OFFSET,
     LATEST_OFFSET,
@@ -38,7 +39,6 @@ from spark.options import (
     Subscription,
     SubscriptionKind,
     TimestampStrategy,
-    TopicPartition,
 )
 
 NO_OFFSET_FOR_TIMESTAMP = None  # ListOffsets found no record with timestamp >= the one asked

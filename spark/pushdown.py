@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from spark.options import SourceOptions, TopicPartition
+from proto.kafka_types import TopicPartition
+from spark.options import SourceOptions
 from spark.planning import OffsetRange, Plan, split_ranges
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

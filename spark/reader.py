@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from proto import errors
+from proto.kafka_types import TopicPartition
 from spark.arrow import decode_range, peek_next_offset
 from spark.client import REFRESH_ERRORS, BrokerClient, FetchResult
-from spark.options import TopicPartition
 from spark.planning import DataLossError, OffsetRange
 
 _log = logging.getLogger(__name__)

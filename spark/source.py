@@ -40,6 +40,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from proto.kafka_types import TopicPartition
 from spark import pushdown
 from spark.client import BrokerClient, KafkaBrokerClient
 from spark.options import (
@@ -47,7 +48,6 @@ from spark.options import (
     LATEST_OFFSET,
     SourceOptions,
     SubscriptionKind,
-    TopicPartition,
     parse_options,
 )
 from spark.planning import (

@@ -31,10 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from proto import errors
+from proto.kafka_types import NO_OFFSET
 from storage.batch_header import DELETE_HORIZON_MASK, BatchHeader
 from storage.record_batch import decode_batch, rebuild_batch
-
-NO_OFFSET = -1
 
 
 @dataclass(frozen=True, slots=True)

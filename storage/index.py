@@ -30,7 +30,7 @@ import os
 import struct
 from pathlib import Path
 
-NO_TIMESTAMP = -1
+from proto.kafka_types import NO_TIMESTAMP
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")

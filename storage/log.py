@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from proto import errors
+from proto.kafka_types import NO_TIMESTAMP
 from storage import cleaner, compaction, log_loader, log_validator, producer_state_log
 from storage.batch_header import BatchHeader, CorruptRecordError
 from storage.checkpoint import OffsetCheckpoint
@@ -45,7 +46,6 @@ from storage.clock import wall_clock_ms  # re-exported for the callers that impo
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.file_slice import FileSlice
-from storage.index import NO_TIMESTAMP
 from storage.log_validator import UnexpectedAppendOffsetError
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from storage.record_batch import decode_batch

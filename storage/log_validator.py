@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import crc32c
 
 from proto import errors
+from proto.kafka_types import NO_PRODUCER_ID
 from storage.batch_header import (
     _HEADER,
     ATTRIBUTES_POS,
@@ -54,7 +55,6 @@ from storage.batch_header import (
     LOG_OVERHEAD,
     MAGIC_V2,
     MIN_BATCH_LENGTH,
-    NO_PRODUCER_ID,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     CorruptRecordError,

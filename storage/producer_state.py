@@ -45,8 +45,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_PRODUCER_ID
 
-NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1

@@ -26,10 +26,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
+from proto.kafka_types import NO_PRODUCER_ID
 from storage import producer_snapshot
 from storage.batch_header import BatchHeader, iter_batches
 from storage.producer_state import (
-    NO_PRODUCER_ID,
     BatchMetadata,
     ProducerBatch,
     ProducerEntry,

@@ -51,6 +51,7 @@ from typing import NamedTuple
 import crc32c
 
 from proto import errors
+from proto.kafka_types import NO_PRODUCER_ID, NO_TIMESTAMP
 from storage.batch_header import (
     ATTRIBUTES_POS,
     COMPRESSION_MASK,
@@ -61,7 +62,6 @@ from storage.batch_header import (
     MAGIC_V2,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
     NO_SEQUENCE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
@@ -80,7 +80,6 @@ from storage.varint import (
     unzigzag,
 )
 
-NO_TIMESTAMP = -1  # Kafka's RecordBatch.NO_TIMESTAMP: the timestamps of a batch with no records
 MIN_RECORD_BYTES = MIN_RECORD_BODY_BYTES + 1  # with the length varint
 COLUMNS = ("offset", "timestamp", "key", "value", "headers")  # decode_columns' keys, Record's fields
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from proto import errors
+from proto.kafka_types import NO_TIMESTAMP
 from storage.batch_header import (
     HEADER_SIZE,
     LENGTH_POS,
@@ -37,7 +38,7 @@ from storage.batch_header import (
     validate_batch,
 )
 from storage.file_slice import FileSlice, SharedFile
-from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from storage.index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

@@ -24,6 +24,7 @@ from typing import Any
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import RequestHeader, encode_request, parse_response
+from proto.kafka_types import NO_EPOCH, NO_OFFSET
 from storage.record_batch import decode_records
 
 TIMEOUT_S = 10.0
@@ -36,8 +37,6 @@ FETCH_VERSION = 12
 LIST_OFFSETS_VERSION = 7
 METADATA_VERSION = 12
 CONSUMER = -1  # the replica_id of a consumer (not a follower broker)
-NO_EPOCH = -1
-NO_OFFSET = -1
 LATEST = -1  # ListOffsets timestamps: the high watermark
 EARLIEST = -2  # the log start offset
 

@@ -41,13 +41,13 @@ from proto import admin_pb2, metadata_pb2
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
+from proto.kafka_types import NO_OFFSET
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 BROKERS_ENDPOINT_TYPE = 1
 # Kafka's error 115 (KIP-919), not in proto's ErrorCode (nothing else answers it).
 UNSUPPORTED_ENDPOINT_TYPE = 115
-NO_OFFSET = -1
 TOPIC_VISIBLE_WAIT_S = 5.0
 TOPIC_VISIBLE_POLL_S = 0.02
 # Kafka's DescribeConfigsResponse config sources.

@@ -27,17 +27,16 @@ from collections.abc import Awaitable
 from broker.handlers.context import BrokerServices, RequestContext, topic_id_of
 from broker.handlers.metadata import current_leader, live_brokers
 from broker.handlers.replica_fetch import handle_replica_fetch, replica_of
-from broker.replica_manager import TP, FetchRequestPartition, FetchResult
+from broker.replica_manager import FetchRequestPartition, FetchResult
 from metadata.image import MetadataImage
-from metadata.records import NO_LEADER
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
+from proto.kafka_types import NO_LEADER, TopicPartition
 
 TOPIC_IDS_VERSION = 13
 NODE_ENDPOINTS_VERSION = 16
 NO_SESSION = 0
-NO_EPOCH = -1
 NO_PREFERRED_REPLICA = -1
 CONSUMER_REPLICA_IDS = frozenset({-1, -2})  # a consumer; -2 also a debugging consumer (v<15)
 LEADER_HINT_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
@@ -79,9 +78,9 @@ def handle_fetch(
             )
             for p in t.partitions
         ]
-    future: asyncio.Future[dict[TP, FetchResult]] = asyncio.get_running_loop().create_future()
+    future: asyncio.Future[dict[TopicPartition, FetchResult]] = asyncio.get_running_loop().create_future()
 
-    def answer(results: dict[TP, FetchResult]) -> None:
+    def answer(results: dict[TopicPartition, FetchResult]) -> None:
         if not future.done():
             future.set_result(results)
 
@@ -101,7 +100,7 @@ async def _later(
     context: RequestContext,
     request: m.FetchRequest,
     names: list[str | None],
-    future: asyncio.Future[dict[TP, FetchResult]],
+    future: asyncio.Future[dict[TopicPartition, FetchResult]],
 ) -> m.FetchResponse:
     return _response(services, context, request, names, await future)
 
@@ -111,7 +110,7 @@ def _response(
     context: RequestContext,
     request: m.FetchRequest,
     names: list[str | None],
-    results: dict[TP, FetchResult],
+    results: dict[TopicPartition, FetchResult],
 ) -> m.FetchResponse:
     leaders: set[int] = set()
     image = services.manager.image

@@ -19,10 +19,10 @@ from __future__ import annotations
 from broker.handlers.context import BrokerServices, RequestContext, topic_id_of, uuid_of
 from broker.replica_manager import INTERNAL_TOPICS
 from metadata.image import MetadataImage, TopicImage
-from metadata.records import NO_LEADER
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
+from proto.kafka_types import NO_LEADER
 
 
 def live_brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str]]:

@@ -20,6 +20,7 @@ from broker.handlers.context import BrokerServices, RequestContext
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
+from proto.kafka_types import NO_OFFSET
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -27,7 +28,6 @@ MAX_TIMESTAMP = -3
 SPECS = {EARLIEST_TIMESTAMP: "EARLIEST", LATEST_TIMESTAMP: "LATEST", MAX_TIMESTAMP: "MAX_TIMESTAMP"}
 MAX_TIMESTAMP_VERSION = 7
 OFFSET_NOT_AVAILABLE_VERSION = 5  # older clients get LEADER_NOT_AVAILABLE (Kafka's KafkaApis)
-NO_OFFSET = -1
 
 
 def _epoch(value: int) -> int | None:

@@ -27,11 +27,11 @@ from broker.handlers.context import BrokerServices, RequestContext
 from broker.handlers.metadata import current_leader, live_brokers
 from broker.network import NO_RESPONSE, Close
 from broker.partition import ACKS_ALL
-from broker.replica_manager import TP, ProduceRequestPartition, ProduceResult
-from metadata.records import NO_LEADER
+from broker.replica_manager import ProduceRequestPartition, ProduceResult
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
+from proto.kafka_types import NO_LEADER, TopicPartition
 
 NEW_LEADER_HINT_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 LEADER_HINTS_VERSION = 10
@@ -56,9 +56,9 @@ def handle_produce(
     ]
     timeout_ms = request.timeout_ms if request.timeout_ms > 0 else services.request_timeout_ms
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[dict[TP, ProduceResult]] = loop.create_future()
+    future: asyncio.Future[dict[TopicPartition, ProduceResult]] = loop.create_future()
 
-    def answer(results: dict[TP, ProduceResult]) -> None:
+    def answer(results: dict[TopicPartition, ProduceResult]) -> None:
         if not future.done():
             future.set_result(results)
 
@@ -83,7 +83,7 @@ async def _later(
     services: BrokerServices,
     context: RequestContext,
     request: m.ProduceRequest,
-    future: asyncio.Future[dict[TP, ProduceResult]],
+    future: asyncio.Future[dict[TopicPartition, ProduceResult]],
 ) -> m.ProduceResponse:
     return _response(services, context, request, await future)
 
@@ -92,7 +92,7 @@ def _response(
     services: BrokerServices,
     context: RequestContext,
     request: m.ProduceRequest,
-    results: dict[TP, ProduceResult],
+    results: dict[TopicPartition, ProduceResult],
 ) -> m.ProduceResponse:
     hints = context.version >= LEADER_HINTS_VERSION
     image = services.manager.image

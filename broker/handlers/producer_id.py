@@ -15,8 +15,8 @@ from broker.producer_ids import ProducerIdUnavailableError
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
+from proto.kafka_types import NO_PRODUCER_ID
 
-NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
 

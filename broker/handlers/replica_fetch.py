@@ -25,15 +25,14 @@ from collections.abc import Awaitable
 from broker import latency_trace
 from broker.fetch_session import PartitionFetchRequest, SentPartitionState, SessionContext
 from broker.handlers.context import BrokerServices, RequestContext, topic_id_of, uuid_of
-from broker.replica_manager import TP, FetchRequestPartition, FetchResult
+from broker.replica_manager import FetchRequestPartition, FetchResult
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
+from proto.kafka_types import NO_OFFSET, TopicPartition
 
 TOPIC_IDS_VERSION = 13
 REPLICA_STATE_VERSION = 15
 NO_BROKER_EPOCH = -1
-NO_EPOCH = -1
-NO_OFFSET = -1
 DEFAULT_PARTITION_MAX_BYTES = 1 << 20
 MAX_BYTES_DEFAULT = (1 << 31) - 1
 
@@ -51,7 +50,7 @@ def handle_replica_fetch(
     replica_id, broker_epoch = replica_of(context, request)
     by_id = context.version >= TOPIC_IDS_VERSION
     unknown: list[tuple[m.FetchRequestFetchTopic, list[int]]] = []
-    updated: dict[TP, PartitionFetchRequest] = {}
+    updated: dict[TopicPartition, PartitionFetchRequest] = {}
     for t in request.topics:
         name, topic_id = _resolve(services, by_id, t.topic, t.topic_id)
         if name is None:
@@ -83,9 +82,9 @@ def handle_replica_fetch(
         )
         for tp, s in session.partitions.items()
     ]
-    future: asyncio.Future[dict[TP, FetchResult]] = asyncio.get_running_loop().create_future()
+    future: asyncio.Future[dict[TopicPartition, FetchResult]] = asyncio.get_running_loop().create_future()
 
-    def answer(results: dict[TP, FetchResult]) -> None:
+    def answer(results: dict[TopicPartition, FetchResult]) -> None:
         if not future.done():
             future.set_result(results)
 
@@ -116,7 +115,7 @@ async def _later(
     services: BrokerServices,
     by_id: bool,
     session: SessionContext,
-    future: asyncio.Future[dict[TP, FetchResult]],
+    future: asyncio.Future[dict[TopicPartition, FetchResult]],
     unknown: list[tuple[m.FetchRequestFetchTopic, list[int]]],
 ) -> m.FetchResponse:
     return _response(services, by_id, session, await future, unknown)
@@ -126,7 +125,7 @@ def _response(
     services: BrokerServices,
     by_id: bool,
     session: SessionContext,
-    results: dict[TP, FetchResult],
+    results: dict[TopicPartition, FetchResult],
     unknown: list[tuple[m.FetchRequestFetchTopic, list[int]]],
 ) -> m.FetchResponse:
     topics: dict[str, m.FetchResponseFetchableTopicResponse] = {}

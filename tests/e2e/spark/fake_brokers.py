@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import SUPPORTED_VERSIONS, ApiKey, encode_response_frame, parse_request
-from spark.options import TopicPartition
+from proto.kafka_types import NO_OFFSET, TopicPartition
 from storage.batch_header import parse_header, patch_offset_and_epoch
 from storage.record_batch import build_batch, iter_records
 
-NO_OFFSET = -1
 NO_REPLICA = -1
 _S_SIZE = struct.Struct(">i")
 

@@ -18,8 +18,9 @@ from fake_brokers import FakeCluster
 from proto import errors
 from proto.errors import ErrorCode
 from proto.kafka.api import ApiKey
+from proto.kafka_types import TopicPartition
 from spark.client import KafkaBrokerClient
-from spark.options import EARLIEST_OFFSET, LATEST_OFFSET, TopicPartition
+from spark.options import EARLIEST_OFFSET, LATEST_OFFSET
 from spark.planning import OffsetRange
 from spark.reader import ReadSettings, read_range
 from storage.record_batch import iter_records

@@ -15,7 +15,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from stream_helpers import run_stream
 
-from spark.options import TopicPartition
+from proto.kafka_types import TopicPartition
 from storage.compression import CompressionType
 from storage.record_batch import TimestampType
 

@@ -21,6 +21,7 @@ from broker_cluster import BrokerCluster, batch, running_cluster, wait_for
 
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
+from proto.kafka_types import NO_OFFSET
 from pykraft.admin import AdminClient
 from storage.batch_header import ATTRIBUTES_POS, CRC_POS
 from storage.record_batch import decode_records
@@ -28,7 +29,6 @@ from tests.kafka_call import (
     EARLIEST,
     FETCH_VERSION,
     LATEST,
-    NO_OFFSET,
     PRODUCE_VERSION,
     KafkaSocket,
     kafka_call,

@@ -30,10 +30,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.fetcher import AppendRecords, FetchAction, TruncateFullyAndStartAt, TruncateTo
-from broker.partition import NO_LEADER, Partition, Role
+from broker.partition import Partition, Role
 from broker.replica_manager import FetchResult
 from metadata.image import PartitionRegistration
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_LEADER
 from storage.batch_header import iter_batches
 from storage.log import Log
 

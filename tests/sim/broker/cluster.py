@@ -40,9 +40,8 @@ from broker.fetcher import (
     TruncateFullyAndStartAt,
     TruncateTo,
 )
-from broker.partition import ACKS_ALL, ACKS_LEADER, NO_LEADER, AlterPartitionProposal
+from broker.partition import ACKS_ALL, ACKS_LEADER, AlterPartitionProposal
 from broker.replica_manager import (
-    TP,
     FetchRequestPartition,
     FetchResult,
     ProduceRequestPartition,
@@ -68,12 +67,13 @@ from metadata.partition_change import Election
 from metadata.records import ConfigRecord, ConfigResourceType, Record
 from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_LEADER, TopicPartition
 from storage.record_batch import build_batch
 from tests.sim.broker.checker import Checker, SimViolation
 from tests.sim.broker.disk import TEMP_ROOT, DurabilityTracker
 
 TOPIC = "sim"
-PARTITION: TP = (TOPIC, 0)
+PARTITION: TopicPartition = (TOPIC, 0)
 REPLICAS = (1, 2, 3)
 CONTROLLER = 0
 CLIENT = -1
@@ -299,7 +299,7 @@ class Sim:
         item = ProduceRequestPartition(PARTITION, batch, None)
         self.checker.produced(value_id, len(batch))
 
-        def answered(results: dict[TP, ProduceResult]) -> None:
+        def answered(results: dict[TopicPartition, ProduceResult]) -> None:
             result = results[PARTITION]
             self.note(f"produce v{value_id} acks={acks} b{target}: {result.code.name} @{result.base_offset}")
             if result.code == ErrorCode.NONE and acks == ACKS_ALL:
@@ -328,7 +328,7 @@ class Sim:
         position = self.consumer_position
         item = FetchRequestPartition(PARTITION, position, 8_192, None, None)
 
-        def answered(results: dict[TP, FetchResult]) -> None:
+        def answered(results: dict[TopicPartition, FetchResult]) -> None:
             result = results[PARTITION]
             self.consumer_position = self.checker.consumed(leader, position, result)
 
@@ -790,7 +790,7 @@ class SimFetchers:
         self.sim = broker.sim
         self.broker_epoch = -1
         self.fetchers: dict[int, ReplicaFetcher] = {}
-        self.leader_of: dict[TP, int] = {}
+        self.leader_of: dict[TopicPartition, int] = {}
         self.in_flight: dict[int, int] = {}  # leader id -> request id
         self.wake_at: dict[int, tuple[ReplicaFetcher, int]] = {}  # leader id -> its next round
 
@@ -800,7 +800,12 @@ class SimFetchers:
             fetcher.broker_epoch = broker_epoch
 
     def add_partition(
-        self, leader_id: int, tp: TP, fetch_offset: int, last_fetched_epoch: int | None, leader_epoch: int
+        self,
+        leader_id: int,
+        tp: TopicPartition,
+        fetch_offset: int,
+        last_fetched_epoch: int | None,
+        leader_epoch: int,
     ) -> None:
         self.remove_partition(tp)
         fetcher = self.fetchers.get(leader_id)
@@ -811,7 +816,7 @@ class SimFetchers:
         self.leader_of[tp] = leader_id
         self._schedule(fetcher, self.sim.now_ms)
 
-    def remove_partition(self, tp: TP) -> None:
+    def remove_partition(self, tp: TopicPartition) -> None:
         leader_id = self.leader_of.pop(tp, None)
         fetcher = None if leader_id is None else self.fetchers.get(leader_id)
         if fetcher is None:
@@ -848,7 +853,7 @@ class SimFetchers:
         follower_id, topic_ids = self.broker.broker_id, dict(self.broker.image.topic_ids)
         generation = self.broker.generation
 
-        def reply(results: dict[TP, FetchResult]) -> None:
+        def reply(results: dict[TopicPartition, FetchResult]) -> None:
             answers = {tp: _fetched(result) for tp, result in results.items()}
             self.sim.send(
                 leader.broker_id, follower_id, lambda: self._answered(fetcher, plan, answers), "fetch answer",

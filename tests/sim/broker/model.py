@@ -36,13 +36,10 @@ from broker.fetcher import (
     FetchRequestPlan,
     LocalLogView,
     ReplicaFetcher,
-    TopicPartitionKey,
     TruncateTo,
 )
 from broker.partition import (
     ACKS_ALL,
-    NO_EPOCH,
-    NO_LEADER,
     AlterPartitionProposal,
     Partition,
     ProduceCheck,
@@ -50,11 +47,12 @@ from broker.partition import (
 )
 from broker.purgatory import DelayedOperationPurgatory
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_EPOCH, NO_LEADER, TopicPartition
 
 TOPIC = "sim"
 LAG_MS = 500
 MAX_FETCH_RECORDS = 4
-TP: TopicPartitionKey = (TOPIC, 0)
+TP: TopicPartition = (TOPIC, 0)
 FETCHER_CONFIG = FetcherConfig(fetch_backoff_ms=20)
 PRODUCE_TIMEOUT_MS = 1_500
 
@@ -97,7 +95,7 @@ class InFlightFetch:
     follower_id: int
     fetcher: ReplicaFetcher
     request_id: int
-    responses: dict[TopicPartitionKey, FetchedPartition] | None  # None: the leader was down
+    responses: dict[FetchedPartition] | None  # None: the leader was down
 
 
 @dataclass
@@ -182,7 +180,7 @@ class Broker:
         self.incarnation += 1
         self.partition = self._new_partition()
 
-    def local_view(self, _tp: TopicPartitionKey) -> LocalLogView:
+    def local_view(self, _tp: TopicPartition) -> LocalLogView:
         return LocalLogView(self.log.epochs, self.log.log_end_offset, self.partition.high_watermark)
 
     def recovered_high_watermark(self) -> int:

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.partition import ACKS_ALL, ACKS_LEADER, NO_LEADER, Partition, Role
+from broker.partition import ACKS_ALL, ACKS_LEADER, Partition, Role
 from broker.replica_manager import ReplicaManager
+from proto.kafka_types import NO_LEADER
 from tests.sim.broker.checker import SimViolation, log_entries
 from tests.sim.broker.cluster import PARTITION, Sim, SimOptions
 

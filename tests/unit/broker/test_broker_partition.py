@@ -11,12 +11,12 @@ from broker.partition import (
     ACKS_ALL,
     ACKS_LEADER,
     ACKS_NONE,
-    NO_EPOCH,
     AlterPartitionProposal,
     Partition,
     Role,
 )
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_EPOCH
 
 LAG_MS = 1_000
 LEADER, F1, F2 = 1, 2, 3

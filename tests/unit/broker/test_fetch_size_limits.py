@@ -16,7 +16,6 @@ import pytest
 
 from broker.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
 from broker.replica_manager import (
-    TP,
     FetchRequestPartition,
     FetchResult,
     ProduceRequestPartition,
@@ -25,6 +24,7 @@ from broker.replica_manager import (
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from proto.errors import ErrorCode
+from proto.kafka_types import TopicPartition
 from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 
@@ -70,13 +70,13 @@ def _items(offsets: dict[int, int], partition_max_bytes: int) -> list[FetchReque
 
 
 def _consumer(manager: ReplicaManager, offsets: dict[int, int], max_bytes: int, partition_max_bytes: int):
-    answers: dict[TP, FetchResult] = {}
+    answers: dict[TopicPartition, FetchResult] = {}
     manager.fetch_for_consumer(_items(offsets, partition_max_bytes), max_bytes, 1, 0, 0, answers.update)
     return answers
 
 
 def _follower(manager: ReplicaManager, offsets: dict[int, int], max_bytes: int, partition_max_bytes: int):
-    answers: dict[TP, FetchResult] = {}
+    answers: dict[TopicPartition, FetchResult] = {}
     epoch = manager.image.brokers[FOLLOWER].broker_epoch
     manager.fetch_for_follower(
         FOLLOWER, epoch, _items(offsets, partition_max_bytes), max_bytes, 1, 0, 0, answers.update, lambda: 0

@@ -17,7 +17,6 @@ import pytest
 
 from broker.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
 from broker.replica_manager import (
-    TP,
     FetchRequestPartition,
     ProduceRequestPartition,
     ReplicaManager,
@@ -35,12 +34,13 @@ from metadata.records import (
     TopicRecord,
 )
 from proto.errors import ErrorCode
+from proto.kafka_types import TopicPartition
 from storage.clock import wall_clock_ms
 from storage.epoch_cache import EpochEntry
 from storage.record_batch import build_batch, decode_records
 
 TOPIC, TOPIC_ID = "t", "topic-id-t"
-KEY: TP = (TOPIC, 0)
+KEY: TopicPartition = (TOPIC, 0)
 BROKERS = (101, 102, 103)
 LAG_MS = 1000
 

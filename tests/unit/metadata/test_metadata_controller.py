@@ -25,7 +25,8 @@ from metadata.api import (
 from metadata.configs import AlterConfigOp
 from metadata.controller import ControllerConfig
 from metadata.partition_change import Election
-from metadata.records import NO_LEADER, ConfigResourceType, encode_batch
+from metadata.records import ConfigResourceType, encode_batch
+from proto.kafka_types import NO_LEADER
 
 
 def members(cluster, *broker_ids: int, unknown: tuple[int, ...] = ()) -> tuple[BrokerState, ...]:

@@ -6,7 +6,8 @@ import pytest
 
 from metadata.image import PartitionRegistration, changed_partition
 from metadata.partition_change import Election, isr_without, partition_change_builder
-from metadata.records import NO_LEADER, PartitionChangeRecord
+from metadata.records import PartitionChangeRecord
+from proto.kafka_types import NO_LEADER
 
 # (id, replicas, isr, leader, usable brokers, target isr, election, unclean allowed,
 #  expected leader, expected isr)

@@ -22,7 +22,6 @@ from metadata.configs import AlterConfigOp
 from metadata.controller import ControllerConfig, ControllerResult, QuorumController
 from metadata.events import Event, batch_events, is_warning
 from metadata.records import (
-    NO_LEADER,
     ConfigResourceType,
     Endpoint,
     PartitionChangeRecord,
@@ -32,6 +31,7 @@ from metadata.records import (
     encode_batch,
 )
 from metadata.state_machine import MetadataStateMachine
+from proto.kafka_types import NO_LEADER
 from proto.logfmt import LogfmtFormatter
 from tests.unit.metadata.conftest import Harness
 

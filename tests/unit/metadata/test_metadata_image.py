@@ -9,7 +9,6 @@ from metadata.configs import AlterConfigOp
 from metadata.image import MetadataImage, MetadataReplayError
 from metadata.partition_change import Election
 from metadata.records import (
-    NO_LEADER,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -27,6 +26,7 @@ from metadata.records import (
     decode_snapshot,
     encode_batch,
 )
+from proto.kafka_types import NO_LEADER
 
 ALL_RECORDS = [
     RegisterBrokerRecord(1, "inc", (Endpoint("BROKER", "127.0.0.1", 9092),), "r1", True, 0, False),

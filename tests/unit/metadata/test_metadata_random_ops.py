@@ -29,7 +29,8 @@ from metadata.api import (
 from metadata.configs import AlterConfigOp
 from metadata.image import MetadataImage
 from metadata.partition_change import Election
-from metadata.records import NO_LEADER, ConfigResourceType, decode_batch, encode_batch
+from metadata.records import ConfigResourceType, decode_batch, encode_batch
+from proto.kafka_types import NO_LEADER
 
 STEPS = 250
 

@@ -13,6 +13,7 @@ import pytest
 
 from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka_types import TopicPartition
 from pykraft import cli_groups
 from pykraft.cli import build_parser
 from pykraft.cli_admin import UsageError
@@ -21,7 +22,6 @@ from pykraft.cli_kafka import (
     ConsumerGroupDescription,
     GroupListing,
     MemberDescription,
-    TopicPartition,
     TopicPartitions,
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from proto import errors
+from proto.kafka_types import TopicPartition
 from spark.options import (
     EARLIEST,
     LATEST,
@@ -16,7 +17,6 @@ from spark.options import (
     OffsetSpecKind,
     SubscriptionKind,
     TimestampStrategy,
-    TopicPartition,
     parse_options,
 )
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from proto import errors
-from spark.options import InvalidOptionError, TopicPartition, parse_options
+from proto.kafka_types import TopicPartition
+from spark.options import InvalidOptionError, parse_options
 from spark.planning import (
     DataLossError,
     OffsetRange,

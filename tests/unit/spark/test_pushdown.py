@@ -20,7 +20,8 @@ from pyspark.sql.datasource import (
     Not,
 )
 
-from spark.options import TopicPartition, parse_options
+from proto.kafka_types import TopicPartition
+from spark.options import parse_options
 from spark.planning import OffsetRange, Plan
 from spark.pushdown import PushedFilters, accept, narrow
 

@@ -13,8 +13,8 @@ import pytest
 
 from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka_types import TopicPartition
 from spark.client import FetchResult
-from spark.options import TopicPartition
 from spark.planning import DataLossError, OffsetRange
 from spark.reader import ReadSettings, read_range
 from storage.batch_header import patch_offset_and_epoch

@@ -15,9 +15,10 @@ import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from proto.kafka_types import TopicPartition
 from spark import source
 from spark.client import FetchResult
-from spark.options import EARLIEST_OFFSET, LATEST_OFFSET, TopicPartition
+from spark.options import EARLIEST_OFFSET, LATEST_OFFSET
 from spark.planning import OffsetRange
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))

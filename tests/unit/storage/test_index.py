@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from proto.kafka_types import NO_TIMESTAMP
+from storage.index import OffsetIndex, TimeIndex
 
 BASE = 1_000
 

@@ -7,10 +7,10 @@ import struct
 import crc32c
 import pytest
 
+from proto.kafka_types import NO_TIMESTAMP
 from storage import batch_header as bh
 from storage.compression import CompressionType, compress
 from storage.record_batch import (
-    NO_TIMESTAMP,
     DecodedBatch,
     InvalidRecordError,
     Record,

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_record_batch_interop import kafka_python_read
 
+from proto.kafka_types import NO_PRODUCER_ID
 from storage import batch_header as bh
 from storage.compression import CompressionType
 from storage.record_batch import (
@@ -37,14 +38,14 @@ codecs = st.sampled_from(list(CompressionType))
 
 @st.composite
 def batch_kwargs(draw: st.DrawFn) -> dict:
-    producer_id = draw(st.sampled_from([bh.NO_PRODUCER_ID, 0, 1 << 40]))
+    producer_id = draw(st.sampled_from([NO_PRODUCER_ID, 0, 1 << 40]))
     return {
         "base_offset": draw(st.integers(min_value=0, max_value=1 << 62)),
         "compression": draw(codecs),
         "producer_id": producer_id,
         "producer_epoch": draw(st.integers(min_value=-1, max_value=(1 << 15) - 1)),
         "base_sequence": draw(st.integers(min_value=-1, max_value=(1 << 31) - 1)),
-        "transactional": producer_id != bh.NO_PRODUCER_ID and draw(st.booleans()),
+        "transactional": producer_id != NO_PRODUCER_ID and draw(st.booleans()),
         "timestamp_type": draw(st.sampled_from(list(TimestampType))),
         "partition_leader_epoch": draw(st.integers(min_value=-1, max_value=1 << 20)),
         "control": draw(st.booleans()),
