@@ -63,6 +63,10 @@ class PartitionFetchRequest:
     topic_id: str = ""
 
 
+# The state ``relist`` records as sent: no real request equals it (offsets and sizes are >= 0).
+_RELIST = PartitionFetchRequest(-1, -1, -1, -1)
+
+
 @dataclass(frozen=True, slots=True)
 class SentPartitionState:
     """What the leader last answered for a partition in a session."""
@@ -234,9 +238,12 @@ class FetchSessionHandler:
     def relist(self, partitions: Iterable[TopicPartition]) -> None:
         """List ``partitions`` in the next request even if their state did not change: the leader
         answered them with an error, and may not hold them in the session (a topic id it did not know
-        yet is answered UNKNOWN_TOPIC_ID outside the session) — unlisted, they would never be fetched."""
+        yet is answered UNKNOWN_TOPIC_ID outside the session) — unlisted, they would never be fetched.
+        They stay known as sent (with a state no request has), so that one the follower stops wanting
+        (its leader moved) is still named in ``forgotten``: else the leader's session would keep it
+        and answer its error at once, every round, in a tight loop of fetches."""
         for tp in partitions:
-            self._sent.pop(tp, None)
+            self._sent[tp] = _RELIST
 
     def reset(self) -> None:
         """A request failed (no answer, dropped connection): start over with a full request, which
