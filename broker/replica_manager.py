@@ -8,7 +8,9 @@ Kafka request handlers (``broker.handlers``: the whole data plane), the fetcher 
 out through two callbacks: ``FetcherControl`` (start / stop following a partition on a leader) and
 ``send_alter_partition(topic_id, proposal)``; parked operations are answered through the callback
 given when they were parked; ``on_deadline`` asks the driver for a wake-up at the earliest purgatory
-deadline (the only timer: there is no polling loop).
+deadline (the only timer: there is no polling loop). Its request and answer values are in
+``broker.replica_requests``; a fetch's size accounting in ``broker.fetch_budget``; the KIP-110 codec
+rules in ``broker.codec_rules``.
 
 The plan below fixes the order of effects; each step names the core call that decides and the
 driver call that acts.
@@ -129,13 +131,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
+from broker.codec_rules import check_codecs, without_zstd
 from broker.delayed_fetch import DelayedFetch, FetchReadiness
 from broker.delayed_produce import DelayedProduce, ProduceOutcome, ProduceWait
 from broker.divergence import EpochEndOffset
+from broker.fetch_budget import FetchBudget, available_bytes
 from broker.fetcher import (
     AppendRecords,
     BackedOff,
@@ -155,138 +157,30 @@ from broker.partition import (
     Role,
 )
 from broker.purgatory import DelayedOperationPurgatory
+from broker.replica_requests import (
+    FetchCallback,
+    FetcherControl,
+    FetchRequestPartition,
+    FetchResult,
+    ListOffsetResult,
+    ProduceCallback,
+    ProduceRequestPartition,
+    ProduceResult,
+)
 from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from proto import errors
 from proto.errors import ErrorCode
 from proto.kafka_types import NO_EPOCH, NO_LEADER, NO_OFFSET, NO_TIMESTAMP, TopicPartition
 from proto.logfmt import log_event
-from storage.batch_header import HEADER_SIZE, CorruptRecordError, iter_batches
-from storage.compression import CompressionType
-from storage.file_slice import Records
 from storage.log import Log
 from storage.log_validator import AppendOrigin
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
 from storage.producer_state_log import producer_batch
-from storage.record_batch import MIN_RECORD_BYTES
 
 log = logging.getLogger(__name__)
 
 # Kafka's Topic.isInternal: written by the broker's coordinators only (AppendOrigin.COORDINATOR).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-
-
-class FetcherControl(Protocol):
-    """The follower side: start or stop fetching a partition from its leader (broker.fetcher_driver)."""
-
-    def add_partition(
-        self,
-        leader_id: int,
-        tp: TopicPartition,
-        fetch_offset: int,
-        last_fetched_epoch: int | None,
-        leader_epoch: int,
-    ) -> None: ...
-
-    def remove_partition(self, tp: TopicPartition) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceResult:
-    code: ErrorCode
-    message: str = ""
-    base_offset: int = NO_OFFSET
-    log_append_time_ms: int = NO_TIMESTAMP
-    log_start_offset: int = NO_OFFSET
-    leader_id: int = NO_LEADER
-    leader_epoch: int = NO_EPOCH
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceRequestPartition:
-    tp: TopicPartition
-    records: bytes
-    current_leader_epoch: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class FetchRequestPartition:
-    tp: TopicPartition
-    fetch_offset: int
-    max_bytes: int
-    current_leader_epoch: int | None
-    last_fetched_epoch: int | None
-    topic_id: str = ""  # a follower's: the incarnation of the topic it replicates ("" = not given)
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """One partition of a fetch answer (consumer or follower)."""
-
-    code: ErrorCode
-    message: str = ""
-    high_watermark: int = NO_OFFSET
-    log_start_offset: int = NO_OFFSET
-    log_end_offset: int = NO_OFFSET
-    diverging_epoch: EpochEndOffset | None = None
-    records: Records = b""  # a FileSlice when the fetch asked for file_slices
-    leader_id: int = NO_LEADER
-    leader_epoch: int = NO_EPOCH
-
-    @property
-    def answers_now(self) -> bool:
-        """An error or a diverging epoch: the fetch must be answered without waiting."""
-        return self.code != ErrorCode.NONE or self.diverging_epoch is not None
-
-
-@dataclass(frozen=True, slots=True)
-class ListOffsetResult:
-    code: ErrorCode
-    message: str = ""
-    offset: int = NO_OFFSET
-    timestamp_ms: int = NO_TIMESTAMP
-    leader_epoch: int = NO_EPOCH
-
-
-ProduceCallback = Callable[[dict[TopicPartition, ProduceResult]], None]
-FetchCallback = Callable[[dict[TopicPartition, FetchResult]], None]
-
-
-def _available_bytes(fetch_offset: int, end_offset: int) -> int:
-    """A lower bound of the bytes readable in [fetch_offset, end_offset) without touching the files:
-    at least one batch header and the smallest record per offset."""
-    records = end_offset - fetch_offset
-    return HEADER_SIZE + records * MIN_RECORD_BYTES if records > 0 else 0
-
-
-class FetchBudget:
-    """The size limits of one fetch across its partitions, Kafka's ``readFromLocalLog``: every partition
-    reads at most ``min(partition_max_bytes, what the request's max_bytes has left)``; until the first
-    partition that returns data, a first batch bigger than that is returned whole (minOneMessage, so a
-    fetch always makes progress); after it, a batch that does not fit gives its partition nothing.
-    Consumer and follower fetches alike. With ``file_slices`` a read returns a ``FileSlice`` of the
-    segment (same bytes, same rules) for the Kafka listener to send with sendfile."""
-
-    __slots__ = ("bytes_left", "file_slices", "min_one_batch")
-
-    def __init__(self, max_bytes: int, file_slices: bool = False) -> None:
-        self.bytes_left = max_bytes
-        self.min_one_batch = True
-        self.file_slices = file_slices
-
-    def read(
-        self, plog: Log, fetch_offset: int, partition_max_bytes: int, max_offset: int | None = None
-    ) -> Records:
-        if self.bytes_left <= 0 and not self.min_one_batch:
-            return b""
-        read = plog.read_slice if self.file_slices else plog.read
-        records = read(
-            fetch_offset, max(0, min(partition_max_bytes, self.bytes_left)), max_offset,
-            min_one_batch=self.min_one_batch,
-        )  # fmt: skip
-        if records:
-            self.min_one_batch = False
-            self.bytes_left = max(0, self.bytes_left - len(records))
-        return records
 
 
 class ReplicaManager:
@@ -461,13 +355,13 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is None or partition.role is not Role.LEADER:
             return FetchReadiness(0, complete_now=True)
-        return FetchReadiness(_available_bytes(fetch_offset, partition.high_watermark))
+        return FetchReadiness(available_bytes(fetch_offset, partition.high_watermark))
 
     def _follower_readiness(self, tp: TopicPartition, fetch_offset: int) -> FetchReadiness:
         partition = self.partitions.get(tp)
         if partition is None or partition.role is not Role.LEADER:
             return FetchReadiness(0, complete_now=True)
-        return FetchReadiness(_available_bytes(fetch_offset, partition.log_end_offset))
+        return FetchReadiness(available_bytes(fetch_offset, partition.log_end_offset))
 
     def _answer_produce(
         self,
@@ -566,7 +460,7 @@ class ReplicaManager:
             return ProduceResult(error.code, error.message, *self._leader_tail(tp)), None
         plog = self.logs[tp]
         try:
-            _check_codecs(item.records, tp, zstd_allowed)
+            check_codecs(item.records, tp, zstd_allowed)
             # Kafka's order: the batches' own checks, then the producer state, then the write.
             valid = plog.validate_as_leader(item.records, origin)
             batches = [producer_batch(header) for _, header in valid.headers]
@@ -645,7 +539,7 @@ class ReplicaManager:
             budget = FetchBudget(max_bytes, file_slices and zstd_allowed)
             results = {item.tp: self._consumer_read(item, budget) for item in items}
             if not zstd_allowed:
-                results = {tp: _without_zstd(tp, r) for tp, r in results.items()}
+                results = {tp: without_zstd(tp, r) for tp, r in results.items()}
             return results
 
         self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.consumer_fetches,
@@ -1018,43 +912,3 @@ def _high_watermark_lagging(tp: TopicPartition, partition: Partition) -> ListOff
         f"offset {epoch_start} of its leader epoch {partition.leader_epoch}; retry once the followers "
         "have fetched in the new epoch",
     )
-
-
-KNOWN_CODECS = frozenset(int(c) for c in CompressionType)
-
-
-def _check_codecs(records: bytes, tp: TopicPartition, zstd_allowed: bool = True) -> None:
-    """Refuse a batch whose attributes name no known codec (ids 5-7), or zstd when the request's
-    version predates it, before the log validates it (which names any structural problem)."""
-    try:
-        for position, header in iter_batches(records, validate=False):
-            if header.compression_type not in KNOWN_CODECS:
-                raise errors.UnsupportedCompressionTypeError(
-                    f"{tp[0]}-{tp[1]}: batch at byte {position} uses compression codec id "
-                    f"{header.compression_type}; known: none=0, gzip=1, snappy=2, lz4=3, zstd=4"
-                )
-            if header.compression_type == CompressionType.ZSTD and not zstd_allowed:
-                raise errors.UnsupportedCompressionTypeError(
-                    f"{tp[0]}-{tp[1]}: batch at byte {position} is zstd-compressed, which needs Produce "
-                    "v7 or later (KIP-110); upgrade the client or use another compression.type"
-                )
-    except CorruptRecordError:
-        return  # the log's validation says what is wrong with it
-
-
-def _without_zstd(tp: TopicPartition, result: FetchResult) -> FetchResult:
-    """For a Fetch below v10 (KIP-110): the batches before the first zstd one; when the fetch offset's
-    batch is zstd, UNSUPPORTED_COMPRESSION_TYPE with no records, as Kafka answers such a consumer."""
-    if not result.records:
-        return result
-    for position, header in iter_batches(result.records, validate=False):
-        if header.compression_type != CompressionType.ZSTD:
-            continue
-        if position:
-            return replace(result, records=result.records[:position])
-        return replace(
-            result, code=ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, records=b"",
-            message=f"{tp[0]}-{tp[1]}: the batch at the fetch offset is zstd-compressed, which needs "
-            "Fetch v10 or later (KIP-110); upgrade the client",
-        )  # fmt: skip
-    return result
