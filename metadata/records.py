@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from proto import metadata_pb2 as pb
-from proto.kafka_types import NO_LEADER  # noqa: F401  (re-exported for broker/group_*.py until they import it from proto)
 
 BROKER_EPOCH_FROM_OFFSET = 0  # RegisterBrokerRecord: the epoch is the offset of the record itself
 NO_RACK = ""

@@ -19,13 +19,12 @@ from collections.abc import Callable
 from broker.group.coordinator import GroupCoordinator
 from broker.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.replica_manager import ReplicaManager
-from metadata.records import NO_LEADER
 from proto.kafka import messages as m
+from proto.kafka_types import NO_LEADER, TopicPartition
 from proto.logfmt import log_event
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 REFRESH_INTERVAL_S = 5.0
 CALL_TIMEOUT_S = 2.0
 LIST_OFFSETS_VERSION = 7
@@ -54,7 +53,7 @@ class RemoteHighWatermarks:
         self.address_of = address_of
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.high_watermarks: dict[TP, int] = {}
+        self.high_watermarks: dict[TopicPartition, int] = {}
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self._task: asyncio.Task | None = None
 
@@ -77,10 +76,10 @@ class RemoteHighWatermarks:
             except Exception as exc:  # the gauges lose lag for a round; the broker goes on
                 log_event(log, logging.WARNING, "group_lag_refresh_failed", exc_info=exc)
 
-    def wanted(self) -> dict[int, set[TP]]:
+    def wanted(self) -> dict[int, set[TopicPartition]]:
         """Leader broker -> the committed partitions not hosted here that it leads."""
         image = self.manager.image
-        by_leader: dict[int, set[TP]] = {}
+        by_leader: dict[int, set[TopicPartition]] = {}
         for offsets in self.core.group_manager.committed_offsets().values():
             for tp in offsets:
                 topic = image.topic_by_name(tp[0])
@@ -92,7 +91,7 @@ class RemoteHighWatermarks:
         return by_leader
 
     async def refresh(self) -> None:
-        fresh: dict[TP, int] = {}
+        fresh: dict[TopicPartition, int] = {}
         for leader, tps in self.wanted().items():
             address = self.address_of(leader)
             if address is None:

@@ -24,9 +24,9 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
+from proto.kafka_types import NO_EPOCH
+
 NO_GENERATION = -1
-NO_OFFSET = -1
-NO_EPOCH = -1
 UNKNOWN_MEMBER_ID = ""
 OFFSETS_TOPIC = "__consumer_offsets"
 CONSUMER_PROTOCOL_TYPE = "consumer"  # the protocol type of Kafka's consumers (others: "connect", ...)

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from broker.group.metadata import (
     CONSUMER_PROTOCOL_TYPE,
     NO_GENERATION,
-    NO_OFFSET,
     GroupMetadata,
     GroupMetadataRecord,
     GroupState,
@@ -54,6 +53,7 @@ from broker.group.requests import (
     error,
 )
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_OFFSET
 
 E = ErrorCode
 S = GroupState

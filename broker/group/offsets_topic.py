@@ -19,9 +19,9 @@ from typing import Any
 from broker.group.driver import GroupDriver
 from broker.group.metadata import OFFSETS_TOPIC, partition_for
 from broker.group.requests import OK, GroupError, error
-from metadata.records import NO_LEADER
 from proto import admin_pb2
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_LEADER
 
 TOPIC_WAIT_S = 3.0  # how long FindCoordinator waits for a just-created offsets topic to get leaders
 TOPIC_POLL_S = 0.05

@@ -42,7 +42,6 @@ import struct
 from collections.abc import Iterator
 
 from broker.group.metadata import (
-    NO_EPOCH,
     GroupMetadataRecord,
     GroupSnapshot,
     MemberSnapshot,
@@ -52,6 +51,7 @@ from broker.group.metadata import (
 )
 from proto.kafka import codec
 from proto.kafka.codec import KafkaDecodeError
+from proto.kafka_types import NO_EPOCH
 from storage.record_batch import build_batch, iter_batches
 
 OFFSET_COMMIT_KEY_VERSION = 1  # versions 0 and 1 are both OffsetCommitKey

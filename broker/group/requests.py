@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.group.metadata import NO_EPOCH, NO_GENERATION, NO_OFFSET
+from broker.group.metadata import NO_GENERATION
 from proto.errors import ErrorCode
+from proto.kafka_types import NO_EPOCH, NO_OFFSET
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.group.metadata import NO_OFFSET
 from broker.group.requests import (
     OK,
     GroupError,
@@ -48,6 +47,7 @@ from broker.handlers.context import BrokerServices, RequestContext
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
+from proto.kafka_types import NO_OFFSET
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
