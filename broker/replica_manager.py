@@ -890,6 +890,8 @@ class ReplicaManager:
         self.partitions.clear()
 
     def invariants(self) -> None:
+        for purgatory in (self.produces, self.follower_fetches, self.consumer_fetches):
+            purgatory.invariants()
         for tp, partition in self.partitions.items():
             partition.invariants()
             plog = self.logs[tp]
