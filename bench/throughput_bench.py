@@ -20,7 +20,8 @@ Measured, each printed with its target and verdict:
    Target: pykraft >= 20x JetStream's rate.
 3. broker CPU-seconds per GB served by those reads (user+sys of the three brokers over the reads,
    per GB of the topic's segment files), with sendfile (``kafka.sendfile.enable=true``, the default)
-   and without (the brokers restarted with ``=false``, then the same reads): no target, two figures.
+   and without (the brokers restarted with ``=false`` and each partition's preferred leader elected
+   again, so that every broker serves what it served before; then the same reads): no target.
 4. CPU-seconds per million records, each side split into client (this process) and servers (every
    broker/controller or nats-server process), from /proc.
 
@@ -44,6 +45,7 @@ from pathlib import Path
 import confluent_kafka
 import produce_bench as pb  # bench/ is this script's directory
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdminClient
 
 from pykraft.admin import AdminClient
 from pykraft.cluster import LocalCluster
@@ -209,7 +211,9 @@ def measure_read(args, cluster: LocalCluster, groups: dict[str, list[int]], size
 
 def restart_brokers(cluster: LocalCluster, sendfile: str) -> None:
     """Restart every broker with ``kafka.sendfile.enable=sendfile``, one at a time, each back in every
-    ISR before the next stops."""
+    ISR before the next stops; then the partitions' leaders of before, by a preferred election."""
+    layout = leader_layout(cluster.kafka_bootstrap)
+    assert len(layout) == 7, f"not every partition has 3 in-sync replicas: {layout}"
     cluster.overrides["kafka.sendfile.enable"] = sendfile
     for broker in cluster.broker_nodes:
         if not cluster.stop_node(broker):  # killed after the stop timeout: its log recovers at start
@@ -221,6 +225,24 @@ def restart_brokers(cluster: LocalCluster, sendfile: str) -> None:
         log = cluster.log_path(broker).read_text(errors="replace")
         started = [line for line in log.splitlines() if "listener_started" in line][-1]
         assert f"sendfile={sendfile == 'true'}".lower() in started.lower(), started
+    # The stops moved leaders; the reads compare sendfile only when each broker leads what it led
+    # before: the preferred replicas, as when the topics were new.
+    with AdminClient(cluster.controller_addresses, timeout_s=60) as admin:
+        admin.elect_leaders("preferred")
+    pb.wait_until(lambda: leader_layout(cluster.kafka_bootstrap) == layout, READY_TIMEOUT_S,
+                  f"the leaders of before the restarts: {layout}")  # fmt: skip
+
+
+def leader_layout(bootstrap: str) -> dict[tuple[str, int], int]:
+    """The leader of every partition of the two topics, when each has 3 in-sync replicas (else {})."""
+    metadata = KafkaAdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+    layout = {}
+    for topic in ("bench-1", READ_TOPIC):
+        for p in metadata.topics[topic].partitions.values() if topic in metadata.topics else ():
+            if len(p.isrs) != 3:
+                return {}
+            layout[(topic, p.id)] = p.leader
+    return layout
 
 
 def run_pykraft(args: argparse.Namespace, work: Path) -> dict:
@@ -394,7 +416,7 @@ def main() -> int:
                         help="librdkafka batch.size (its default)")  # fmt: skip
     parser.add_argument("--idle-s", type=float, default=3.0,
                         help="idle broker CPU measured before the reads, s")  # fmt: skip
-    parser.add_argument("--reads", type=int, default=3, help="reads of the topic per sendfile mode")
+    parser.add_argument("--reads", type=int, default=5, help="reads of the topic per sendfile mode")
     parser.add_argument("--skip-nats", action="store_true", help="pykraft only (no ratios)")
     args = parser.parse_args()
     started = time.monotonic()
