@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import random
 import uuid
 from collections.abc import Awaitable, Callable
@@ -63,6 +64,12 @@ Handler = Callable[[BrokerServices, RequestContext, Any], Any]
 ZERO_UUID = uuid.UUID(int=0)
 
 
+# Both conversions run for every replica fetch round (on the follower and on the leader) and for every
+# Fetch/Metadata answer, over a handful of topic ids: cached (bounded, since a client's ids are arbitrary).
+ID_CACHE_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=ID_CACHE_SIZE)
 def uuid_of(topic_id: str) -> uuid.UUID:
     """Our topic id (Kafka's Uuid string: url-safe base64 of 16 bytes, no padding) -> the wire's uuid;
     "" -> the zero uuid (Kafka's "no id")."""
@@ -71,6 +78,7 @@ def uuid_of(topic_id: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
 
 
+@functools.lru_cache(maxsize=ID_CACHE_SIZE)
 def topic_id_of(value: uuid.UUID) -> str:
     """The wire's uuid -> our topic id string; the zero uuid -> ""."""
     if value == ZERO_UUID:

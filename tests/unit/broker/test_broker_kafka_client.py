@@ -99,6 +99,28 @@ def test_a_timeout_closes_the_connection() -> None:
     run(lambda _n, _header: None, scenario)
 
 
+def test_each_request_times_out_at_its_own_deadline() -> None:
+    """One timer serves every request: a shorter request sent after a longer one still times out at its
+    own deadline (the longer one then fails with the connection), and a request sent after answered ones
+    still has its deadline."""
+
+    async def scenario(connection: KafkaConnection) -> None:
+        for _ in range(3):  # answered: the timer armed by the first is left for later requests
+            await connection.request(m.ApiVersionsRequest(), VERSION, 30.0)
+        loop = asyncio.get_running_loop()
+        long = asyncio.ensure_future(connection.request(m.ApiVersionsRequest(), VERSION, 30.0))
+        await asyncio.sleep(0)
+        start = loop.time()
+        with pytest.raises(TimeoutError):
+            await connection.request(m.ApiVersionsRequest(), VERSION, 0.2)
+        assert loop.time() - start < 5.0
+        assert connection.closed
+        with pytest.raises(KafkaConnectionError):
+            await long
+
+    run(lambda n, header: header if n <= 3 else None, scenario)
+
+
 def test_a_refused_connection_is_a_connection_error() -> None:
     async def main() -> None:
         server = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
