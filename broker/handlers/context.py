@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import dataclasses
@@ -28,6 +29,16 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.header.api_version
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A handler's answer that is not ready yet (an acks=all Produce, a parked Fetch): once ``future`` is
+    done, ``finish(its result)`` is the response object. The processor chains a callback on the future
+    instead of running a coroutine in a Task per parked request."""
+
+    future: asyncio.Future[Any]
+    finish: Callable[[Any], Any]
 
 
 @dataclass

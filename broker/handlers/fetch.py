@@ -22,9 +22,9 @@ client start over without one. Until transactions exist the last stable offset i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import functools
 
-from broker.handlers.context import BrokerServices, RequestContext, topic_id_of
+from broker.handlers.context import BrokerServices, Later, RequestContext, topic_id_of
 from broker.handlers.metadata import current_leader, live_brokers
 from broker.handlers.replica_fetch import handle_replica_fetch, replica_of
 from broker.replica_manager import FetchRequestPartition, FetchResult
@@ -49,7 +49,7 @@ ZSTD_VERSION = 10  # KIP-110: older consumers get UNSUPPORTED_COMPRESSION_TYPE i
 
 def handle_fetch(
     services: BrokerServices, context: RequestContext, request: m.FetchRequest
-) -> m.FetchResponse | Awaitable[m.FetchResponse]:
+) -> m.FetchResponse | Later:
     if replica_of(context, request)[0] not in CONSUMER_REPLICA_IDS:
         return handle_replica_fetch(services, context, request)
     if request.session_id != NO_SESSION:
@@ -92,17 +92,7 @@ def handle_fetch(
     )  # fmt: skip
     if future.done():
         return _response(services, context, request, names, future.result())
-    return _later(services, context, request, names, future)
-
-
-async def _later(
-    services: BrokerServices,
-    context: RequestContext,
-    request: m.FetchRequest,
-    names: list[str | None],
-    future: asyncio.Future[dict[TopicPartition, FetchResult]],
-) -> m.FetchResponse:
-    return _response(services, context, request, names, await future)
+    return Later(future, functools.partial(_response, services, context, request, names))
 
 
 def _response(

@@ -8,8 +8,9 @@ producer-id manager, ... and builds the response object from what they return; n
 further in. ``records`` stay the bytes of the frame (a memoryview) on the way in and the log's bytes — or a
 ``FileSlice`` of the segment, which the listener sends with sendfile — on the way out.
 
-A handler is ``handler(services, context, request)`` and returns the response object, an awaitable of
-it (an acks=all Produce, a long-polling Fetch: the listener keeps answering in request order),
+A handler is ``handler(services, context, request)`` and returns the response object, a ``Later`` (a
+future and how to finish it: an acks=all Produce, a long-polling Fetch) or an awaitable of it (the
+listener keeps answering in request order),
 ``NO_RESPONSE`` (acks=0) or ``Close(reason)``. Its synchronous part runs when the frame arrives, in
 arrival order per connection (a Produce appends right then, so pipelined batches keep their order).
 
@@ -33,6 +34,7 @@ codec has no encoder for a version outside the schema's range, and Kafka does th
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import logging
@@ -42,7 +44,7 @@ from typing import Any
 
 from broker import latency_trace
 from broker.handlers import admin, api_versions, fetch, groups, metadata, offsets, produce, producer_id
-from broker.handlers.context import BrokerServices, Handler, RequestContext
+from broker.handlers.context import BrokerServices, Handler, Later, RequestContext
 from broker.handlers.refusals import response_errors
 from broker.metrics import KafkaRequestMetrics
 from broker.network import NO_RESPONSE, Close, Outcome
@@ -140,6 +142,8 @@ class RequestProcessor:
             if result is NO_RESPONSE or isinstance(result, Close):
                 self._observe(context, start, len(frame), 0, None)
                 return result
+            if isinstance(result, Later):
+                return self._finish_when_done(context, result, start, len(frame))
             if inspect.isawaitable(result):
                 return self._finish_later(context, result, start, len(frame))
             return self._encode(context, result, start, len(frame))
@@ -154,6 +158,29 @@ class RequestProcessor:
         except Exception as exc:
             self._crashed(context, exc)
             raise
+
+    def _finish_when_done(self, context: RequestContext, later: Later, start: float,
+                          size: int) -> asyncio.Future[bytearray | FrameParts]:  # fmt: skip
+        """``_finish_later`` without a Task: a callback on the handler's future finishes, encodes and
+        resolves the future the listener waits on (the same one loop step after the result)."""
+        answer: asyncio.Future[bytearray | FrameParts] = later.future.get_loop().create_future()
+
+        def done(future: asyncio.Future[Any]) -> None:
+            if answer.done():
+                return
+            if future.cancelled():
+                answer.cancel()
+                return
+            try:
+                data = self._encode(context, later.finish(future.result()), start, size)
+            except Exception as exc:
+                self._crashed(context, exc)
+                answer.set_exception(exc)
+                return
+            answer.set_result(data)
+
+        later.future.add_done_callback(done)
+        return answer
 
     def _encode(
         self, context: RequestContext, response: Any, start: float, size: int

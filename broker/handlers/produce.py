@@ -20,10 +20,10 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a message saying so.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import functools
 
 from broker import latency_trace
-from broker.handlers.context import BrokerServices, RequestContext
+from broker.handlers.context import BrokerServices, Later, RequestContext
 from broker.handlers.metadata import current_leader, live_brokers
 from broker.network import NO_RESPONSE, Close
 from broker.partition import ACKS_ALL
@@ -41,7 +41,7 @@ NO_TRANSACTIONS = "transactions are not supported by pykraft yet; produce withou
 
 def handle_produce(
     services: BrokerServices, context: RequestContext, request: m.ProduceRequest
-) -> m.ProduceResponse | Awaitable[m.ProduceResponse] | Close | object:
+) -> m.ProduceResponse | Later | Close | object:
     if request.transactional_id is not None:
         results = {
             (t.name, p.index): ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, NO_TRANSACTIONS)
@@ -76,16 +76,7 @@ def handle_produce(
         return _response(services, context, request, future.result())
     if request.acks != ACKS_ALL:
         raise AssertionError(f"acks={request.acks} produce was not answered at once")
-    return _later(services, context, request, future)
-
-
-async def _later(
-    services: BrokerServices,
-    context: RequestContext,
-    request: m.ProduceRequest,
-    future: asyncio.Future[dict[TopicPartition, ProduceResult]],
-) -> m.ProduceResponse:
-    return _response(services, context, request, await future)
+    return Later(future, functools.partial(_response, services, context, request))
 
 
 def _response(

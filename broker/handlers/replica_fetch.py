@@ -20,11 +20,11 @@ UNKNOWN_TOPIC_ID; one of a deleted incarnation INCONSISTENT_TOPIC_ID (KIP-516).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import functools
 
 from broker import latency_trace
 from broker.fetch_session import PartitionFetchRequest, SentPartitionState, SessionContext
-from broker.handlers.context import BrokerServices, RequestContext, topic_id_of, uuid_of
+from broker.handlers.context import BrokerServices, Later, RequestContext, topic_id_of, uuid_of
 from broker.replica_manager import FetchRequestPartition, FetchResult
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
@@ -46,7 +46,7 @@ def replica_of(context: RequestContext, request: m.FetchRequest) -> tuple[int, i
 
 def handle_replica_fetch(
     services: BrokerServices, context: RequestContext, request: m.FetchRequest
-) -> m.FetchResponse | Awaitable[m.FetchResponse]:
+) -> m.FetchResponse | Later:
     replica_id, broker_epoch = replica_of(context, request)
     by_id = context.version >= TOPIC_IDS_VERSION
     unknown: list[tuple[m.FetchRequestFetchTopic, list[int]]] = []
@@ -98,7 +98,7 @@ def handle_replica_fetch(
         latency_trace.event("follower_fetch_handled", f"{replica_id} answered={future.done()}")
     if future.done():
         return _response(services, by_id, session, future.result(), unknown)
-    return _later(services, by_id, session, future, unknown)
+    return Later(future, functools.partial(_response, services, by_id, session, unknown=unknown))
 
 
 def _resolve(services: BrokerServices, by_id: bool, topic: str, topic_uuid) -> tuple[str | None, str]:
@@ -109,16 +109,6 @@ def _resolve(services: BrokerServices, by_id: bool, topic: str, topic_uuid) -> t
     topic_id = topic_id_of(topic_uuid)
     registration = image.topics.get(topic_id)
     return (registration.name if registration is not None else None), topic_id
-
-
-async def _later(
-    services: BrokerServices,
-    by_id: bool,
-    session: SessionContext,
-    future: asyncio.Future[dict[TopicPartition, FetchResult]],
-    unknown: list[tuple[m.FetchRequestFetchTopic, list[int]]],
-) -> m.FetchResponse:
-    return _response(services, by_id, session, await future, unknown)
 
 
 def _response(

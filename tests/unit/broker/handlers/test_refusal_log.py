@@ -5,6 +5,7 @@ error per interval, then a summary count; a handler that raises is logged at ERR
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shlex
 import uuid
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Later, RequestContext
 from broker.handlers.refusals import RefusalLog, ResponseError, _plan, response_errors
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
@@ -145,6 +146,37 @@ def test_an_awaited_answer_that_fails_is_logged_at_error(
         raise RuntimeError("late bug")
 
     broker.processor.handlers[int(ApiKey.METADATA)] = lambda services, context, request: later()
+    caplog.set_level(logging.INFO)
+    with pytest.raises(RuntimeError):
+        broker.call(ApiKey.METADATA, 12, m.MetadataRequest(topics=None))
+    assert [(x["level"], x["event"]) for x in lines(caplog, "broker.handlers.processor")] == [
+        ("ERROR", "request_crashed")
+    ]
+
+
+def test_a_later_answer_is_finished_once_its_future_is_done_and_a_failing_finish_is_logged(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Later``: the processor answers when the future completes (after the handler returned), with
+    ``finish`` of its result; a ``finish`` that raises is logged at ERROR and fails the answer."""
+
+    def handler(finish):
+        def handle(services, context, request):
+            future = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(future.set_result, request.topics)
+            return Later(future, finish)
+
+        return handle
+
+    def answer(topics):
+        return m.MetadataResponse(brokers=[], topics=[], controller_id=7)
+
+    def broken(topics):
+        raise RuntimeError("late bug")
+
+    broker.processor.handlers[int(ApiKey.METADATA)] = handler(answer)
+    assert broker.call(ApiKey.METADATA, 12, m.MetadataRequest(topics=None)).controller_id == 7
+    broker.processor.handlers[int(ApiKey.METADATA)] = handler(broken)
     caplog.set_level(logging.INFO)
     with pytest.raises(RuntimeError):
         broker.call(ApiKey.METADATA, 12, m.MetadataRequest(topics=None))
