@@ -66,11 +66,9 @@ class LogManager:
         self.image = MetadataImage()  # the topic overrides and cluster defaults of the configs
         self.logs: dict[TopicPartition, Log] = {}
         self._next_producer_expiry_ms = 0
+        self._deletions = 0  # renamed-for-deletion directories so far (their names must not clash)
 
     # ---- lifecycle ---------------------------------------------------------------------------
-
-    def get_log(self, tp: TopicPartition) -> Log | None:
-        return self.logs.get(tp)
 
     def get_or_create_log(self, tp: TopicPartition) -> Log:
         """The log of ``tp``, opened (recovered) or created on first use."""
@@ -90,7 +88,24 @@ class LogManager:
             return
         plog.close()
         if delete:
-            shutil.rmtree(plog.directory, ignore_errors=True)
+            self._delete_directory(plog.directory)
+
+    def _delete_directory(self, directory: Path) -> None:
+        """Rename first (Kafka's ``<dir>.<id>-delete``), then remove: a topic re-created under the same
+        name gets a fresh directory even when the removal fails, never the old records."""
+        self._deletions += 1
+        doomed = directory.with_name(f"{directory.name}.{self._deletions}-delete")
+        while doomed.exists():
+            self._deletions += 1
+            doomed = directory.with_name(f"{directory.name}.{self._deletions}-delete")
+        try:
+            directory.rename(doomed)
+            shutil.rmtree(doomed)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log_event(log, logging.ERROR, "log_delete_failed", exc_info=exc, directory=str(directory),
+                      renamed=str(doomed))  # fmt: skip
 
     def close(self) -> None:
         for plog in self.logs.values():

@@ -142,8 +142,14 @@ class DelayedOperationPurgatory(Generic[K]):
         for operation in done:
             assert not operation.completed, f"{operation} completed twice"
             operation.completed = True
+        failure: Exception | None = None
         for operation in done:
-            operation.on_complete()
+            try:
+                operation.on_complete()
+            except Exception as exc:  # e.g. a segment read failed: answer every other one first
+                failure = failure or exc
+        if failure is not None:
+            raise failure  # to the driver's caller, which logs it (request_crashed at ERROR)
 
     def invariants(self) -> None:
         for operation_id, operation in self._operations.items():

@@ -234,3 +234,24 @@ def test_completion_is_exactly_once_even_when_an_answer_re_enters() -> None:
     assert answered == ["a", "b"] and len(purgatory) == 0
     assert purgatory.check_and_complete("j") == 0
     purgatory.invariants()
+
+
+def test_an_answer_that_fails_does_not_strand_the_others() -> None:
+    """One completed operation whose answer raises (a segment read failing) must not leave the others of
+    the same call unanswered: each is answered, then the failure goes up to the driver's caller."""
+    purgatory: DelayedOperationPurgatory[str] = DelayedOperationPurgatory()
+    answered: list[str] = []
+
+    def answer(op: Reentrant) -> None:
+        if op.name == "a":
+            raise OSError("read failed")
+        answered.append(op.name)
+
+    ops = [Reentrant(name, ["k"], answer) for name in ("a", "b", "c")]
+    for op in ops:
+        purgatory.try_complete_else_watch(op)
+        op.ready = True
+    with pytest.raises(OSError, match="read failed"):
+        purgatory.check_and_complete("k")
+    assert answered == ["b", "c"] and len(purgatory) == 0
+    purgatory.invariants()
