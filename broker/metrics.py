@@ -199,8 +199,8 @@ class GroupLagCollector(Collector):
     ) -> tuple[dict[str, dict[tuple[str, int], int]], dict[str, int], dict[tuple[str, int], int]]:
         for _ in range(READ_RETRIES):
             try:
-                committed = self.core.group_manager.committed_offsets()
-                states = Tally(g.state.value for g in list(self.core.group_manager.groups.values()))
+                committed = self.core.committed_offsets()
+                states = Tally(state.value for state in self.core.group_states().values())
                 hws = {tp: p.high_watermark for tp, p in list(self.manager.partitions.items())}
                 hws = {**self.remote(), **hws}  # a local replica's HW wins over a polled one
                 return committed, dict(states), hws

@@ -33,7 +33,7 @@ led here, their loading, their records and the cleanup of expired offsets. The c
 each request (``_check_coordinator``: is the group's offsets partition led and loaded here), runs the
 protocol on the manager's groups and asks the manager to store what must be stored. Leadership of an
 offsets partition reaches it as ``on_election`` (the manager then loads the partition: the driver
-replays the log into ``group_manager.replay`` and ends with ``group_manager.complete_loading``) and
+replays the log into ``replay`` and ends with ``complete_loading``) and
 ``on_resignation`` (the manager forgets the partition's groups; their parked requests answer
 NOT_COORDINATOR).
 
@@ -109,9 +109,10 @@ class GroupCoordinator:
     def on_election(self, partition: int, partition_count: int) -> Effects:
         """This broker became leader of ``partition`` of ``__consumer_offsets``: its groups are loaded
         (from scratch if it was loaded or loading already); requests for them answer
-        COORDINATOR_LOAD_IN_PROGRESS until ``group_manager.complete_loading``."""
+        COORDINATOR_LOAD_IN_PROGRESS until ``complete_loading``."""
         manager = self.group_manager
-        fx = self.on_resignation(partition) if partition in manager.loaded | manager.loading else Effects()
+        held = self.is_partition_owned(partition) or self.is_loading(partition)
+        fx = self.on_resignation(partition) if held else Effects()
         manager.begin_loading(partition, partition_count)
         return fx
 
@@ -148,6 +149,31 @@ class GroupCoordinator:
                 "coordinated by another broker; find the coordinator again",
             )
         return None
+
+    def is_loading(self, partition: int | None = None) -> bool:
+        """Kafka's ``isPartitionLoading`` (``isLoading`` without a partition: is any partition loading)."""
+        loading = self.group_manager.loading
+        return bool(loading) if partition is None else partition in loading
+
+    def is_partition_owned(self, partition: int) -> bool:
+        """Kafka's ``isPartitionOwned``: ``partition`` is led here and its groups are loaded."""
+        return partition in self.group_manager.loaded
+
+    def replay(self, partition: int, record: OffsetsRecord) -> None:
+        """One record of a loading offsets partition's log, in log order (the driver reads the log)."""
+        self.group_manager.replay(partition, record)
+
+    def complete_loading(self, partition: int, now_ms: int) -> None:
+        """The driver replayed ``partition``'s log up to its end: its groups start answering."""
+        self.group_manager.complete_loading(partition, now_ms)
+
+    def committed_offsets(self) -> dict[str, dict[tuple[str, int], int]]:
+        """Every coordinated group's committed offsets, for lag gauges."""
+        return self.group_manager.committed_offsets()
+
+    def group_states(self) -> dict[str, GroupState]:
+        """Every coordinated group's state, for gauges (a copy: the caller may read from another thread)."""
+        return {group_id: group.state for group_id, group in list(self.group_manager.groups.items())}
 
     def complete_append(self, append_id: int, code: int, message: str, now_ms: int) -> Effects:
         """The driver's answer to an ``Append`` (``code`` NONE once the HW passed it)."""

@@ -173,7 +173,7 @@ class GroupDriver:
             task = asyncio.get_running_loop().create_task(self._load(partition, token, leader_epoch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        elif partition in self.core.group_manager.loaded | self.core.group_manager.loading:
+        elif self.core.is_partition_owned(partition) or self.core.is_loading(partition):
             self._load_tokens.pop(partition, None)
             self.dispatch(self.core.on_resignation(partition))
             log_event(log, logging.INFO, "groups_unloaded", topic=OFFSETS_TOPIC, partition=partition)
@@ -194,7 +194,7 @@ class GroupDriver:
                 continue
             if loaded is None:  # superseded by a newer role change
                 return
-            self.core.group_manager.complete_loading(partition, self.now_ms())
+            self.core.complete_loading(partition, self.now_ms())
             self._reschedule()
             log_event(log, logging.INFO, "groups_loaded", topic=OFFSETS_TOPIC, partition=partition,
                       records=loaded[0], end_offset=loaded[1], leader_epoch=leader_epoch)  # fmt: skip
@@ -222,7 +222,7 @@ class GroupDriver:
                 if key is None and value is None:
                     continue
                 try:
-                    self.core.group_manager.replay(partition, decode_record(key, value))
+                    self.core.replay(partition, decode_record(key, value))
                     records += 1
                 except CorruptOffsetsRecordError as exc:  # Kafka fails the load; we report and go on
                     log_event(log, logging.ERROR, "offsets_record_skipped", topic=OFFSETS_TOPIC,

@@ -342,7 +342,7 @@ def handle_list_groups(
     return m.ListGroupsResponse(
         throttle_time_ms=0,
         # Kafka answers the groups it has with COORDINATOR_LOAD_IN_PROGRESS while a partition loads.
-        error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if core.group_manager.loading else 0,
+        error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if core.is_loading() else 0,
         groups=[
             m.ListGroupsResponseListedGroup(group_id=g.group_id, protocol_type=g.protocol_type,
                                             group_state=g.group_state)

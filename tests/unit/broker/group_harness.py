@@ -50,7 +50,7 @@ class Harness:
         self.core = GroupCoordinator(self.config, random.Random(7))
         for p in range(PARTITIONS):
             self.core.on_election(p, PARTITIONS)
-            self.core.group_manager.complete_loading(p, self.now_ms)
+            self.core.complete_loading(p, self.now_ms)
 
     # ---- plumbing --------------------------------------------------------------------------------
 

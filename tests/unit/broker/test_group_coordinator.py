@@ -594,9 +594,9 @@ def test_reload_from_records_restores_groups_and_offsets() -> None:
         fresh.apply(fresh.core.on_resignation(p))
         fresh.apply(fresh.core.on_election(p, PARTITIONS))
     for partition, record in records:
-        fresh.core.group_manager.replay(partition, record)
+        fresh.core.replay(partition, record)
     for p in range(PARTITIONS):
-        fresh.core.group_manager.complete_loading(p, fresh.now_ms)
+        fresh.core.complete_loading(p, fresh.now_ms)
     g = fresh.core.group_manager.groups[GROUP]
     assert g.state is S.STABLE and g.generation_id == 1 and g.leader_id == leader
     assert {m: x.assignment for m, x in g.members.items()} == {
@@ -620,7 +620,7 @@ def _loading_copy(h: Harness, partition: int) -> Harness:
     for append in h.appended:
         for record in append.records:
             if append.partition == partition:
-                fresh.core.group_manager.replay(partition, record)
+                fresh.core.replay(partition, record)
     return fresh
 
 
@@ -642,10 +642,10 @@ def test_groups_being_loaded_are_invisible_until_the_load_completes() -> None:
     assert fresh.answers[fresh.join(member_id=leader)].error.code == E.COORDINATOR_LOAD_IN_PROGRESS
     assert fresh.answers[fresh.sync(leader, 1)].error.code == E.COORDINATOR_LOAD_IN_PROGRESS
     assert fresh.core.handle_describe_group(GROUP).error.code == E.COORDINATOR_LOAD_IN_PROGRESS
-    assert fresh.core.handle_list_groups(()) == [] and fresh.core.group_manager.committed_offsets() == {}
+    assert fresh.core.handle_list_groups(()) == [] and fresh.core.committed_offsets() == {}
     assert fresh.appended == [] and GROUP not in fresh.core.group_manager.groups
 
-    fresh.core.group_manager.complete_loading(partition, fresh.now_ms)
+    fresh.core.complete_loading(partition, fresh.now_ms)
     g = fresh.core.group_manager.groups[GROUP]
     assert g.state is S.STABLE and g.generation_id == 1 and set(g.members) == {leader, follower}
     assert fresh.core.next_deadline_ms() == fresh.now_ms + SESSION_MS  # sessions start at the load
@@ -665,7 +665,7 @@ def test_unload_during_a_load_discards_the_replayed_groups() -> None:
     assert fresh.answers == {}
     assert fresh.heartbeat("any", 1) == E.NOT_COORDINATOR
     fresh.apply(fresh.core.on_election(partition, PARTITIONS))
-    fresh.core.group_manager.complete_loading(partition, fresh.now_ms)  # an empty log this time
+    fresh.core.complete_loading(partition, fresh.now_ms)  # an empty log this time
     assert GROUP not in fresh.core.group_manager.groups
     assert fresh.core.handle_describe_group(GROUP).group_state == "Dead"
     assert fresh.core.handle_offset_fetch(OffsetFetchRequest(GROUP, None)).partitions == {}
@@ -680,7 +680,7 @@ def _delete_group(h: Harness, group: str) -> None:
 def test_committed_offsets_for_lag() -> None:
     h = Harness()
     h.commit("", -1, {("t", 0): 4})
-    assert h.core.group_manager.committed_offsets() == {GROUP: {("t", 0): 4}}
+    assert h.core.committed_offsets() == {GROUP: {("t", 0): 4}}
 
 
 def test_cores_are_sans_io() -> None:

@@ -172,9 +172,9 @@ def reload(h: Harness, now_ms: int) -> Harness:
         fresh.apply(fresh.core.on_election(p, PARTITIONS))
     for append in h.appended:
         for record in append.records:
-            fresh.core.group_manager.replay(append.partition, record)
+            fresh.core.replay(append.partition, record)
     for p in range(PARTITIONS):
-        fresh.core.group_manager.complete_loading(p, now_ms)
+        fresh.core.complete_loading(p, now_ms)
     return fresh
 
 

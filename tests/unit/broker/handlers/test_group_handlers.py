@@ -85,7 +85,7 @@ class Harness:
             now_ms=lambda: self.now_ms,  # type: ignore[arg-type]
         )
         self.driver.core.on_election(led, OFFSETS_PARTITIONS)
-        self.driver.core.group_manager.complete_loading(led, self.now_ms)
+        self.driver.core.complete_loading(led, self.now_ms)
         self.unknown_group = next(  # a group that does not exist but would be coordinated here
             f"unknown-{i}" for i in range(100) if partition_for(f"unknown-{i}", OFFSETS_PARTITIONS) == led
         )
@@ -368,7 +368,7 @@ def test_a_loading_offsets_partition_answers_coordinator_load_in_progress(h: Har
         h.call(ApiKey.LIST_GROUPS, 3, m.ListGroupsRequest()).error_code
         == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     )
-    h.driver.core.group_manager.complete_loading(led, h.now_ms)
+    h.driver.core.complete_loading(led, h.now_ms)
     assert h.call(ApiKey.JOIN_GROUP, 7, join()).error_code == ErrorCode.MEMBER_ID_REQUIRED
 
 
