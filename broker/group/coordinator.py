@@ -30,8 +30,11 @@ a static leader gets ``skip_assignment``).
 The coordinator is composed, as Kafka's ``GroupCoordinator`` is: it holds a ``GroupMetadataManager``
 (``group_manager``, ``broker.group.metadata_manager``) that owns the groups of the offsets partitions
 led here, their loading, their records and the cleanup of expired offsets. The coordinator validates
-each request (``_check_coordinator``: is the group's offsets partition led and loaded here), runs the
-protocol on the manager's groups and asks the manager to store what must be stored. Leadership of an
+each request (``broker.group.admin.validate_group_status``: is the group's offsets partition led and
+loaded here), runs the protocol on the manager's groups and asks the manager to store what must be
+stored. The requests outside the rebalance protocol (OffsetFetch, ListGroups, DescribeGroups,
+DeleteGroups, OffsetDelete) are functions over the manager in ``broker.group.admin``; the coordinator
+passes them on. Leadership of an
 offsets partition reaches it as ``on_election`` (the manager then loads the partition: the driver
 replays the log into ``replay`` and ends with ``complete_loading``) and
 ``on_resignation`` (the manager forgets the partition's groups; their parked requests answer
@@ -45,23 +48,19 @@ from __future__ import annotations
 import random
 import uuid
 
+from broker.group import admin
+from broker.group.admin import validate_group_status
 from broker.group.metadata import (
     CAN_REBALANCE,
-    CONSUMER_PROTOCOL_TYPE,
     GroupMetadata,
-    GroupMetadataRecord,
     GroupState,
     MemberMetadata,
-    OffsetCommitRecord,
     OffsetsRecord,
 )
 from broker.group.metadata_manager import APPEND_ERRORS, Append, Effects, GroupConfig, GroupMetadataManager
 from broker.group.requests import (
     OK,
-    DeletableGroupResult,
-    DeleteGroupsResponse,
     DescribedGroup,
-    DescribedGroupMember,
     GroupError,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -74,7 +73,6 @@ from broker.group.requests import (
     ListedGroup,
     OffsetCommitRequest,
     OffsetCommitResponse,
-    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -128,27 +126,6 @@ class GroupCoordinator:
                 if member.awaiting_sync is not None:
                     fx.respond(member.awaiting_sync, sync_error(E.NOT_COORDINATOR, message))
         return fx
-
-    def _check_coordinator(self, group_id: str) -> GroupError | None:
-        """Kafka's ``validateGroupStatus``: the group's offsets partition is led and loaded here."""
-        manager = self.group_manager
-        if not group_id:
-            return error(E.INVALID_GROUP_ID, "the group id must not be empty")
-        if manager.partition_count is None:
-            return error(E.NOT_COORDINATOR, f"group {group_id!r}: this broker leads no offsets partition")
-        partition = manager.partition_of(group_id)
-        if partition in manager.loading:
-            return error(
-                E.COORDINATOR_LOAD_IN_PROGRESS,
-                f"group {group_id!r}: offsets partition {partition} is loading; retry",
-            )
-        if partition not in manager.loaded:
-            return error(
-                E.NOT_COORDINATOR,
-                f"group {group_id!r} (offsets partition {partition}) is "
-                "coordinated by another broker; find the coordinator again",
-            )
-        return None
 
     def is_loading(self, partition: int | None = None) -> bool:
         """Kafka's ``isPartitionLoading`` (``isLoading`` without a partition: is any partition loading)."""
@@ -233,7 +210,7 @@ class GroupCoordinator:
         return fx
 
     def _join_problem(self, req: JoinGroupRequest) -> GroupError | None:
-        problem = self._check_coordinator(req.group_id)
+        problem = validate_group_status(self.group_manager, req.group_id)
         if problem is not None:
             return problem
         low, high = self.config.min_session_timeout_ms, self.config.max_session_timeout_ms
@@ -569,7 +546,7 @@ class GroupCoordinator:
     def handle_sync_group(self, request_id: int, req: SyncGroupRequest, now_ms: int) -> Effects:
         fx = Effects()
         group = self.group_manager.groups.get(req.group_id)
-        problem = self._check_coordinator(req.group_id) or self._member_problem(
+        problem = validate_group_status(self.group_manager, req.group_id) or self._member_problem(
             group, req.member_id, req.group_instance_id, req.generation_id
         )
         if problem is None and group is not None:
@@ -667,7 +644,7 @@ class GroupCoordinator:
     def handle_heartbeat(self, req: HeartbeatRequest, now_ms: int) -> tuple[HeartbeatResponse, Effects]:
         fx = Effects()
         group = self.group_manager.groups.get(req.group_id)
-        problem = self._check_coordinator(req.group_id) or self._member_problem(
+        problem = validate_group_status(self.group_manager, req.group_id) or self._member_problem(
             group, req.member_id, req.group_instance_id, req.generation_id
         )
         if problem is not None or group is None:
@@ -686,7 +663,7 @@ class GroupCoordinator:
 
     def handle_leave_group(self, req: LeaveGroupRequest, now_ms: int) -> tuple[LeaveGroupResponse, Effects]:
         fx = Effects()
-        problem = self._check_coordinator(req.group_id)
+        problem = validate_group_status(self.group_manager, req.group_id)
         group = self.group_manager.groups.get(req.group_id)
         if problem is None and group is not None and group.is_state(S.DEAD):
             problem = error(E.COORDINATOR_NOT_AVAILABLE, f"group {req.group_id!r} is being removed; retry")
@@ -811,7 +788,7 @@ class GroupCoordinator:
         self, request_id: int, req: OffsetCommitRequest, now_ms: int, commit_timestamp_ms: int
     ) -> Effects:
         fx = Effects()
-        problem = self._check_coordinator(req.group_id)
+        problem = validate_group_status(self.group_manager, req.group_id)
         if problem is not None:
             fx.respond(request_id, OffsetCommitResponse(problem, {}))
             return fx
@@ -843,157 +820,24 @@ class GroupCoordinator:
         self.group_manager.store_offsets(group, request_id, req, commit_timestamp_ms, fx)
         return fx
 
+    # ---- the requests outside the rebalance protocol (broker.group.admin) ---------------------------------
+
     def handle_delete_groups(self, request_id: int, group_ids: tuple[str, ...], now_ms: int) -> Effects:
-        """Empty groups become Dead and are forgotten; tombstones for the group and its offsets are
-        written, and the answer waits for them."""
-        fx = Effects()
-        results: dict[str, GroupError] = {}
-        waiting: set[str] = set()
-
-        def finish(group_id: str, outcome: GroupError, fx: Effects) -> None:
-            results[group_id] = outcome
-            waiting.discard(group_id)
-            if not waiting and len(results) == len(group_ids):
-                fx.respond(
-                    request_id,
-                    DeleteGroupsResponse(tuple(DeletableGroupResult(g, results[g]) for g in group_ids)),
-                )
-
-        for group_id in dict.fromkeys(group_ids):
-            outcome = self._check_coordinator(group_id)
-            group = self.group_manager.groups.get(group_id)
-            if outcome is None and (group is None or group.is_state(S.DEAD)):
-                outcome = error(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
-            elif outcome is None and group is not None and not group.is_state(S.EMPTY):
-                outcome = error(
-                    E.NON_EMPTY_GROUP,
-                    f"group {group_id!r} has {len(group.members)} members "
-                    f"({group.state.value}); stop its consumers first",
-                )
-            if outcome is not None or group is None:
-                results[group_id] = outcome or OK
-                continue
-            waiting.add(group_id)
-            group.transition_to(S.DEAD, now_ms)
-            del self.group_manager.groups[group_id]
-            tombstones: tuple[OffsetsRecord, ...] = (
-                *(OffsetCommitRecord(group_id, t, p, None) for t, p in sorted(group.offsets)),
-                GroupMetadataRecord(group_id, None),
-            )
-
-            def done(result: GroupError, now: int, fx: Effects, group_id: str = group_id) -> None:
-                code = E(APPEND_ERRORS.get(E(result.code), E(result.code)))
-                finish(group_id, OK if code == E.NONE else error(code, result.message), fx)
-
-            self.group_manager.append_for_group(group_id, tombstones, fx, done)
-        if not waiting:
-            fx.respond(
-                request_id,
-                DeleteGroupsResponse(
-                    tuple(DeletableGroupResult(g, results[g]) for g in dict.fromkeys(group_ids))
-                ),
-            )
-        self.invariants()
-        return fx
+        return admin.handle_delete_groups(self.group_manager, request_id, group_ids, now_ms)
 
     def handle_offset_delete(
         self, request_id: int, group_id: str, partitions: tuple[tuple[str, int], ...], now_ms: int
     ) -> Effects:
-        """OffsetDelete (KIP-496): the committed offsets of ``partitions`` are removed (tombstones,
-        answered once written), except those of topics a member of a non-empty consumer group is
-        subscribed to (GROUP_SUBSCRIBED_TO_TOPIC). A non-empty group of another protocol type is
-        NON_EMPTY_GROUP as a whole."""
-        fx = Effects()
-        problem = self._check_coordinator(group_id)
-        group = self.group_manager.groups.get(group_id)
-        if problem is None and (group is None or group.is_state(S.DEAD)):
-            problem = error(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
-        subscribed: frozenset[str] = frozenset()
-        if problem is None and group is not None and not group.is_state(S.EMPTY):
-            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-                problem = error(
-                    E.NON_EMPTY_GROUP,
-                    f"group {group_id!r} has {len(group.members)} members of protocol type "
-                    f"{group.protocol_type!r}; stop them first",
-                )
-            else:
-                subscribed = group.subscribed_topics()
-        if problem is not None or group is None:
-            fx.respond(request_id, OffsetDeleteResponse(problem or OK, {}))
-            return fx
-        results: dict[tuple[str, int], GroupError] = {}
-        for tp in dict.fromkeys(partitions):
-            if tp[0] in subscribed:
-                results[tp] = error(
-                    E.GROUP_SUBSCRIBED_TO_TOPIC,
-                    f"a member of group {group_id!r} is subscribed to topic {tp[0]!r}; unsubscribe first",
-                )
-            else:
-                results[tp] = OK
-        deleted = [tp for tp, outcome in results.items() if outcome is OK and tp in group.offsets]
-        if not deleted:
-            fx.respond(request_id, OffsetDeleteResponse(OK, results))
-            return fx
-        tombstones = tuple(OffsetCommitRecord(group_id, t, p, None) for t, p in deleted)
-
-        def done(result: GroupError, now: int, fx: Effects) -> None:
-            code = E(APPEND_ERRORS.get(E(result.code), E(result.code)))
-            if code == E.NONE and self.group_manager.groups.get(group_id) is group:
-                for tp in deleted:
-                    group.offsets.pop(tp, None)
-            outcome = (
-                OK if code == E.NONE else error(code, f"writing the tombstones failed: {result.message}")
-            )
-            fx.respond(request_id, OffsetDeleteResponse(OK, {**results, **dict.fromkeys(deleted, outcome)}))
-
-        self.group_manager.append_for_group(group_id, tombstones, fx, done)
-        return fx
-
-    # ---- reads: OffsetFetch, ListGroups, DescribeGroups -------------------------------------------------
+        return admin.handle_offset_delete(self.group_manager, request_id, group_id, partitions, now_ms)
 
     def handle_offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
-        problem = self._check_coordinator(req.group_id)
-        if problem is not None:
-            return OffsetFetchResponse(problem, {})
-        return OffsetFetchResponse(OK, self.group_manager.get_offsets(req.group_id, req.partitions))
+        return admin.handle_offset_fetch(self.group_manager, req)
 
     def handle_list_groups(self, states_filter: tuple[str, ...]) -> list[ListedGroup]:
-        listed = []
-        # only loaded partitions' groups are in ``groups`` (invariants)
-        for group_id, group in sorted(self.group_manager.groups.items()):
-            if states_filter and group.state.value not in states_filter:
-                continue
-            listed.append(ListedGroup(group_id, group.protocol_type or "", group.state.value))
-        return listed
+        return admin.handle_list_groups(self.group_manager, states_filter)
 
     def handle_describe_group(self, group_id: str) -> DescribedGroup:
-        problem = self._check_coordinator(group_id)
-        if problem is not None:
-            return DescribedGroup(problem, group_id)
-        group = self.group_manager.groups.get(group_id)
-        if group is None:
-            return DescribedGroup(OK, group_id, S.DEAD.value)
-        stable = group.is_state(S.STABLE)  # Kafka shows metadata and assignments only when Stable
-        members = tuple(
-            DescribedGroupMember(
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.client_host,
-                m.metadata_for(group.protocol_name) if stable and group.protocol_name else b"",
-                m.assignment if stable else b"",
-            )
-            for m in group.members.values()
-        )
-        return DescribedGroup(
-            OK,
-            group_id,
-            group.state.value,
-            group.protocol_type or "",
-            (group.protocol_name or "") if stable else "",
-            group.generation_id,
-            members,
-        )
+        return admin.handle_describe_group(self.group_manager, group_id)
 
     # ---- deleted topics ---------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ CORE_MODULES = [
     "storage/producer_state.py",
     "storage/compaction.py",
     "broker/group/coordinator.py",
+    "broker/group/admin.py",
     "broker/group/metadata_manager.py",
     "broker/group/metadata.py",
     "broker/group/requests.py",
