@@ -52,8 +52,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import struct  # noqa: E402
-
 from confluent_kafka import Consumer  # noqa: E402
 
 from broker.group.metadata import OffsetAndMetadata, OffsetCommitRecord  # noqa: E402
@@ -63,6 +61,7 @@ from proto.errors import ErrorCode  # noqa: E402
 from proto.kafka import messages as m  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 from pykraft.cluster import LocalCluster  # noqa: E402
+from tests.kafka_call import assigned_partitions, consumer_assignment, consumer_subscription  # noqa: E402
 
 TOPIC = "group-bench"
 PRODUCE_TOPIC = "group-bench-produce"
@@ -104,35 +103,6 @@ def range_assignment(members: list[str], partitions: int) -> dict[str, list[int]
     return out
 
 
-def kafka_string(text: str) -> bytes:
-    return struct.pack(">h", len(text)) + text.encode()
-
-
-def subscription(topic: str) -> bytes:
-    """Kafka's ConsumerProtocolSubscription v0: version, topics, null user data."""
-    return struct.pack(">hi", 0, 1) + kafka_string(topic) + struct.pack(">i", -1)
-
-
-def assignment(topic: str, partitions: list[int]) -> bytes:
-    """Kafka's ConsumerProtocolAssignment v0: version, [topic, partitions], null user data."""
-    body = struct.pack(">hi", 0, 1) + kafka_string(topic)
-    body += struct.pack(f">i{len(partitions)}i", len(partitions), *partitions)
-    return body + struct.pack(">i", -1)
-
-
-def assigned_partitions(data: bytes) -> list[int]:
-    """The partitions of a ConsumerProtocolAssignment (any version; ``assignment``'s one topic)."""
-    (topics,) = struct.unpack_from(">i", data, 2)
-    pos, out = 6, []
-    for _ in range(topics):
-        (size,) = struct.unpack_from(">h", data, pos)
-        pos += 2 + size
-        (count,) = struct.unpack_from(">i", data, pos)
-        out += struct.unpack_from(f">{count}i", data, pos + 4)
-        pos += 4 + 4 * count
-    return out
-
-
 async def connect(address: str) -> KafkaConnection:
     host, port = address.rsplit(":", 1)
     return await KafkaConnection.open(host, int(port), "bench", CALL_TIMEOUT_S)
@@ -165,7 +135,7 @@ class Member:
             request = m.JoinGroupRequest(
                 group_id=GROUP, session_timeout_ms=self.session_ms, rebalance_timeout_ms=30_000,
                 member_id=self.member_id, protocol_type="consumer",
-                protocols=[m.JoinGroupRequestProtocol(name="range", metadata=subscription(TOPIC))],
+                protocols=[m.JoinGroupRequestProtocol(name="range", metadata=consumer_subscription(TOPIC))],
             )  # fmt: skip
             joined = await self.call(request, JOIN_VERSION)
             code = joined.error_code
@@ -182,7 +152,7 @@ class Member:
             if joined.leader == self.member_id:
                 plan = range_assignment([x.member_id for x in joined.members], self.partitions)
                 assignments = [
-                    m.SyncGroupRequestAssignment(member_id=member, assignment=assignment(TOPIC, ps))
+                    m.SyncGroupRequestAssignment(member_id=member, assignment=consumer_assignment(TOPIC, ps))
                     for member, ps in plan.items()
                 ]
             synced = await self.call(

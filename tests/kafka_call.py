@@ -10,7 +10,9 @@ answer. Every socket operation is bounded by ``timeout_s``; a connection the bro
 is for tests of the broker itself (exact error codes, leader epochs, raw batches).
 
 On top, one partition's data-plane requests as a broker's tests need them: ``produce`` (raw batches,
-as they are), ``fetch`` (a consumer's), ``read_all``, ``list_offset`` and ``metadata``.
+as they are), ``fetch`` (a consumer's), ``read_all``, ``list_offset`` and ``metadata``; and the
+consumer protocol's bytes that JoinGroup and SyncGroup carry (``consumer_subscription``,
+``consumer_assignment``, ``assigned_partitions``, ``kafka_string``).
 """
 
 from __future__ import annotations
@@ -194,3 +196,38 @@ def metadata(address: str, topics: list[str] | None) -> m.MetadataResponse:
     wanted = None if topics is None else [m.MetadataRequestTopic(name=t) for t in topics]
     request = m.MetadataRequest(topics=wanted, allow_auto_topic_creation=False)
     return kafka_call(address, request, METADATA_VERSION)
+
+
+# ---- the consumer protocol's bytes (what a JoinGroup and a SyncGroup carry for protocol type "consumer")
+
+
+def kafka_string(text: str) -> bytes:
+    """Kafka's STRING: int16 length, then UTF-8."""
+    data = text.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def consumer_subscription(*topics: str) -> bytes:
+    """Kafka's ConsumerProtocolSubscription v0: int16 version, the topics, null user data."""
+    body = struct.pack(">hi", 0, len(topics)) + b"".join(kafka_string(t) for t in topics)
+    return body + struct.pack(">i", -1)
+
+
+def consumer_assignment(topic: str, partitions: list[int]) -> bytes:
+    """Kafka's ConsumerProtocolAssignment v0: int16 version, [topic, partitions], null user data."""
+    body = struct.pack(">hi", 0, 1) + kafka_string(topic)
+    body += struct.pack(f">i{len(partitions)}i", len(partitions), *partitions)
+    return body + struct.pack(">i", -1)
+
+
+def assigned_partitions(data: bytes) -> list[int]:
+    """The partitions of a ConsumerProtocolAssignment (any version), of every topic in it."""
+    (topics,) = struct.unpack_from(">i", data, 2)
+    pos, out = 6, []
+    for _ in range(topics):
+        (size,) = struct.unpack_from(">h", data, pos)
+        pos += 2 + size
+        (count,) = struct.unpack_from(">i", data, pos)
+        out += struct.unpack_from(f">{count}i", data, pos + 4)
+        pos += 4 + 4 * count
+    return out

@@ -12,12 +12,12 @@ Every removal is a tombstone in ``__consumer_offsets``, so a reload does not bri
 from __future__ import annotations
 
 import dataclasses
-import struct
 
 from group_harness import CONFIG, GROUP, PARTITIONS, SESSION_MS, Harness, protocols
 
 from broker.group.metadata import GroupMetadataRecord, GroupState, OffsetCommitRecord
 from broker.group.requests import OffsetFetchRequest
+from tests.kafka_call import consumer_subscription
 
 S = GroupState
 RETENTION_MS = 60_000
@@ -43,14 +43,6 @@ def keep_alive(h: Harness, members: list[str], ms: int) -> None:
     while h.now_ms < target:
         h.advance(min(step, target - h.now_ms))
         assert all(h.heartbeat(m, 1) == 0 for m in members)
-
-
-def consumer_subscription(*topics: str) -> bytes:
-    """A ConsumerProtocolSubscription v0: version, topics (int16-length strings), no user data."""
-    body = struct.pack(">hi", 0, len(topics))
-    for topic in topics:
-        body += struct.pack(">h", len(topic)) + topic.encode()
-    return body + struct.pack(">i", -1)
 
 
 def test_offsets_of_a_group_with_members_never_expire() -> None:

@@ -30,6 +30,7 @@ from broker.group.record_serde import (
 from broker.metrics import BrokerMetrics
 from broker.partition import Role
 from proto.kafka import codec
+from tests.kafka_call import kafka_string
 
 SNAPSHOT = GroupSnapshot(
     "consumer",
@@ -96,10 +97,6 @@ def test_batch_round_trip_gives_next_offset() -> None:
 def test_corrupt_record_is_reported(key, value) -> None:
     with pytest.raises(CorruptOffsetsRecordError):
         decode_record(key, value)
-
-
-def kafka_string(text: str) -> bytes:
-    return struct.pack(">h", len(text)) + text.encode()
 
 
 def test_bytes_are_kafkas_format() -> None:

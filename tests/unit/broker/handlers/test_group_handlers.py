@@ -11,7 +11,6 @@ OffsetDelete of a subscribed topic, ListGroups' states filter, DeleteGroups of a
 from __future__ import annotations
 
 import asyncio
-import struct
 from types import SimpleNamespace
 
 import pytest
@@ -35,19 +34,12 @@ from proto.kafka.api import (
     parse_request,
     parse_response,
 )
+from tests.kafka_call import consumer_subscription
 
 LISTENER = "PLAINTEXT"
 OFFSETS_PARTITIONS = 2
 GROUP = "g"  # led here: offsets partition partition_for("g") is led by broker 101
 CONFIG = GroupConfig(min_session_timeout_ms=1_000, initial_rebalance_delay_ms=0)
-
-
-def consumer_subscription(*topics: str) -> bytes:
-    """Kafka's ConsumerProtocolSubscription v0: int16 version, topics, null user data."""
-    body = struct.pack(">hi", 0, len(topics))
-    for t in topics:
-        body += struct.pack(">h", len(t)) + t.encode()
-    return body + struct.pack(">i", -1)
 
 
 class Harness:
