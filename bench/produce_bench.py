@@ -33,8 +33,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -51,11 +49,11 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, To
 from confluent_kafka.admin import AdminClient as KafkaAdminClient  # noqa: E402
 
 from proto.kafka import messages as m  # noqa: E402
-from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response  # noqa: E402
 from proto.listeners import pick_ports  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 from pykraft.cluster import LocalCluster  # noqa: E402
 from storage.record_batch import build_batch  # noqa: E402
+from tests.kafka_call import KafkaSocket  # noqa: E402
 
 RECORD_BYTES = 100
 INDEX_BYTES = 20
@@ -63,6 +61,7 @@ E2E_INDEX = 10_000_000  # end-to-end samples are numbered from here: never confu
 NATS_WINDOW = 1000
 START_TIMEOUT_S = 90.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CALL_TIMEOUT_S = 30.0  # one request of the hop breakdown (pykraft_breakdown)
 PRODUCE_VERSION = 9  # the newest Produce version librdkafka 2.16 and the broker share (flexible)
 
 
@@ -251,37 +250,6 @@ def pykraft_latency(args: argparse.Namespace, bootstrap: str) -> list[float]:
     return samples
 
 
-class KafkaConnection:
-    """One Kafka-protocol connection, one request at a time (for timing single hops)."""
-
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.correlation_id = 0
-
-    def call(self, api_key: int, version: int, request: object) -> object:
-        self.correlation_id += 1
-        frame = encode_request(RequestHeader(api_key, version, self.correlation_id, "produce-bench"), request)
-        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", self._recv(4))
-        correlation_id, body = parse_response(api_key, version, self._recv(size))
-        assert correlation_id == self.correlation_id, (correlation_id, self.correlation_id)
-        return body
-
-    def _recv(self, size: int) -> bytes:
-        out = bytearray()
-        while len(out) < size:
-            chunk = self.sock.recv(size - len(out))
-            if not chunk:
-                raise RuntimeError(f"the broker closed the connection after {len(out)} of {size} bytes")
-            out += chunk
-        return bytes(out)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def leader_address(bootstrap: str, topic: str, partition: int) -> str:
     metadata = KafkaAdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     leader = metadata.brokers[metadata.topics[topic].partitions[partition].leader]
@@ -290,7 +258,8 @@ def leader_address(bootstrap: str, topic: str, partition: int) -> str:
 
 def pykraft_breakdown(args: argparse.Namespace, bootstrap: str) -> dict:
     """Round trips of the hops one acks=all produce makes, each measured alone (ms, p50)."""
-    connection = KafkaConnection(leader_address(bootstrap, "latency", 0))
+    address = leader_address(bootstrap, "latency", 0)
+    connection = KafkaSocket(address, CALL_TIMEOUT_S, "produce-bench", nodelay=True)
     samples = max(200, args.latency_samples // 2)
 
     def timed(call) -> float:
@@ -305,13 +274,13 @@ def pykraft_breakdown(args: argparse.Namespace, bootstrap: str) -> dict:
         data = m.ProduceRequestPartitionProduceData(index=0, records=build_batch([(None, payload(0), (), 0)]))
         topics = [m.ProduceRequestTopicProduceData("latency", [data])]
         request = m.ProduceRequest(acks=acks, timeout_ms=30_000, topic_data=topics)
-        response = connection.call(ApiKey.PRODUCE, PRODUCE_VERSION, request)
+        response = connection.call(request, PRODUCE_VERSION, CALL_TIMEOUT_S)
         code = response.responses[0].partition_responses[0].error_code
         assert code == 0, f"produce failed with {code}"
 
     try:
         return {
-            "bare_rtt": timed(lambda: connection.call(ApiKey.API_VERSIONS, 3, m.ApiVersionsRequest())),
+            "bare_rtt": timed(lambda: connection.call(m.ApiVersionsRequest(), 3, CALL_TIMEOUT_S)),
             "produce_acks_1": timed(lambda: produce(1)),
             "produce_acks_all": timed(lambda: produce(-1)),
         }
