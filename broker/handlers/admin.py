@@ -34,8 +34,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from broker.handlers.context import BrokerServices, RequestContext, topic_id_of, uuid_of
+from broker.handlers.context import BrokerServices, RequestContext
 from broker.handlers.metadata import live_brokers
+from broker.handlers.topic_ids import topic_id_of, uuid_of
 from metadata import configs as cfg
 from proto import admin_pb2, metadata_pb2
 from proto.errors import ErrorCode

@@ -24,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from broker.handlers.context import BrokerServices, Later, RequestContext, topic_id_of
+from broker.handlers.context import BrokerServices, Later, RequestContext
 from broker.handlers.metadata import current_leader, live_brokers
 from broker.handlers.replica_fetch import handle_replica_fetch, replica_of
+from broker.handlers.topic_ids import topic_id_of
 from broker.replica_manager import FetchRequestPartition, FetchResult
 from metadata.image import MetadataImage
 from proto.errors import ErrorCode

@@ -16,7 +16,8 @@ A null topic list (v1+), or an empty one in v0, means every topic.
 
 from __future__ import annotations
 
-from broker.handlers.context import BrokerServices, RequestContext, topic_id_of, uuid_of
+from broker.handlers.context import BrokerServices, RequestContext
+from broker.handlers.topic_ids import topic_id_of, uuid_of
 from broker.replica_manager import INTERNAL_TOPICS
 from metadata.image import MetadataImage, TopicImage
 from proto.errors import ErrorCode

@@ -25,7 +25,6 @@ event and limit, and so is their summary. Not thread-safe: the broker's event lo
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import logging
 import types
@@ -33,6 +32,7 @@ import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from broker.handlers.topic_ids import topic_id_of
 from proto.errors import ErrorCode
 from proto.logfmt import RateLimiter, log_event
 
@@ -151,10 +151,8 @@ def _walk(obj: Any, topic: str | None, out: list[ResponseError]) -> None:
 
 
 def _topic_id(value: Any) -> str | None:
-    """A wire uuid as our topic id (Kafka's Uuid string, as ``context.topic_id_of``); None for zero."""
-    if isinstance(value, str):
-        return value or None
-    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=") if value.int else None
+    """A wire uuid (or an id string already) as our topic id; None for zero."""
+    return (value if isinstance(value, str) else topic_id_of(value)) or None
 
 
 def _host(address: str) -> str:

@@ -19,8 +19,9 @@ import crc32c
 import pytest
 from prometheus_client import CollectorRegistry
 
-from broker.handlers.context import BrokerServices, uuid_of
+from broker.handlers.context import BrokerServices
 from broker.handlers.processor import RequestProcessor, build_handlers
+from broker.handlers.topic_ids import uuid_of
 from broker.metrics import KafkaRequestMetrics
 from broker.network import NO_RESPONSE, Close
 from broker.replica_manager import ReplicaManager

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from broker.handlers import admin
-from broker.handlers.context import BrokerServices, RequestContext, uuid_of
+from broker.handlers.context import BrokerServices, RequestContext
+from broker.handlers.topic_ids import uuid_of
 from broker.replica_manager import ProduceRequestPartition, ReplicaManager
 from metadata.image import MetadataImage
 from metadata.records import ClusterIdRecord, Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord

@@ -13,8 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from broker.fetch_session import FetchSessionCache
-from broker.handlers.context import BrokerServices, uuid_of
+from broker.handlers.context import BrokerServices
 from broker.handlers.processor import RequestProcessor, build_handlers
+from broker.handlers.topic_ids import uuid_of
 from broker.metrics import KafkaRequestMetrics
 from broker.replica_manager import ProduceRequestPartition, ReplicaManager
 from metadata.image import MetadataImage
