@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from proto.kafka_types import TopicPartition
 from tests.chaos.history import OK, Op
 
 ANOMALIES = (
@@ -40,7 +41,6 @@ ANOMALIES = (
     "committed-offsets-backwards",
     "truncated-read",
 )
-TP = tuple[str, int]
 MAX_EXAMPLES_PER_KIND = 5
 
 
@@ -86,11 +86,11 @@ def check(history: Sequence[Op]) -> CheckResult:
     return result
 
 
-def final_logs(ok: Iterable[Op]) -> dict[TP, dict[int, str]]:
-    logs: dict[TP, dict[int, str]] = {}
+def final_logs(ok: Iterable[Op]) -> dict[TopicPartition, dict[int, str]]:
+    logs: dict[TopicPartition, dict[int, str]] = {}
     for op in ok:
         if op.f == "final-read":
-            tp = (op.value["topic"], op.value["partition"])
+            tp = TopicPartition(op.value["topic"], op.value["partition"])
             logs.setdefault(tp, {}).update(dict(op.value["records"]))
     return logs
 
@@ -134,12 +134,12 @@ def duplicates(by_value: dict) -> Iterable[Anomaly]:
             yield Anomaly("duplicate", f"value {value!r} at {where}", ops)
 
 
-def unseen(acked: dict[str, Op], final: dict[TP, dict[int, str]]) -> Iterable[Anomaly]:
+def unseen(acked: dict[str, Op], final: dict[TopicPartition, dict[int, str]]) -> Iterable[Anomaly]:
     if not final:
         return  # no final read: nothing to judge (the harness always makes one)
     in_final = {value for log in final.values() for value in log.values()}
     for value, op in sorted(acked.items(), key=lambda kv: kv[1].index):
-        if value not in in_final and (op.value["topic"], op.value["partition"]) in final:
+        if value not in in_final and TopicPartition(op.value["topic"], op.value["partition"]) in final:
             where = _name((op.value["topic"], op.value["partition"], op.value["offset"]))
             message = f"acknowledged {value!r} at {where} is not in the final read"
             yield Anomaly("unseen", message, (op.index,))
@@ -147,14 +147,14 @@ def unseen(acked: dict[str, Op], final: dict[TP, dict[int, str]]) -> Iterable[An
 
 def lost_writes(acked: dict[str, Op], by_value: dict, by_offset: dict) -> Iterable[Anomaly]:
     """Acknowledged, never read by anyone, yet a later offset of its partition was read."""
-    highest_read: dict[TP, tuple[int, int]] = {}
+    highest_read: dict[TopicPartition, tuple[int, int]] = {}
     for (topic, partition, offset), values in by_offset.items():
         read_ops = [i for value, idx in values.items() for i in idx if not _is_ack_of(acked, value, i)]
         if read_ops and offset > highest_read.get((topic, partition), (-1, -1))[0]:
             highest_read[(topic, partition)] = (offset, read_ops[0])
     for value, op in sorted(acked.items(), key=lambda kv: kv[1].index):
         reads = [i for idx in by_value.get(value, {}).values() for i in idx if i != op.index]
-        tp = (op.value["topic"], op.value["partition"])
+        tp = TopicPartition(op.value["topic"], op.value["partition"])
         later = highest_read.get(tp)
         if not reads and later is not None and later[0] > op.value["offset"]:
             yield Anomaly(
@@ -170,7 +170,7 @@ def _is_ack_of(acked: dict[str, Op], value: str, index: int) -> bool:
     return op is not None and op.index == index
 
 
-def truncated_reads(ok: Iterable[Op], final: dict[TP, dict[int, str]]) -> Iterable[Anomaly]:
+def truncated_reads(ok: Iterable[Op], final: dict[TopicPartition, dict[int, str]]) -> Iterable[Anomaly]:
     for op in ok:
         if op.f == "truncation":
             v = op.value
@@ -193,9 +193,10 @@ def truncated_reads(ok: Iterable[Op], final: dict[TP, dict[int, str]]) -> Iterab
                     )
 
 
-def poll_order(ok: Iterable[Op], final: dict[TP, dict[int, str]]) -> Iterable[Anomaly]:
+def poll_order(ok: Iterable[Op], final: dict[TopicPartition, dict[int, str]]) -> Iterable[Anomaly]:
     """nonmonotonic-poll and poll-skip, per consumer process and generation."""
-    last: dict[str, dict[TP, tuple[int, int]]] = defaultdict(dict)  # process -> tp -> (offset, op)
+    # process -> tp -> (offset, op)
+    last: dict[str, dict[TopicPartition, tuple[int, int]]] = defaultdict(dict)
     for op in ok:
         if op.f == "assign":  # a new generation for the partitions it (re)assigns
             for topic, partition in op.value["partitions"]:
@@ -204,7 +205,7 @@ def poll_order(ok: Iterable[Op], final: dict[TP, dict[int, str]]) -> Iterable[An
             continue
         seen = last[op.process]
         for topic, partition, offset, _value in op.value["records"]:
-            tp = (topic, partition)
+            tp = TopicPartition(topic, partition)
             before = seen.get(tp)
             seen[tp] = (offset, op.index)
             if before is None:
