@@ -503,10 +503,11 @@ def main() -> int:
         f"rebalance, confluent-kafka members, after close: median {statistics.median(consumers) * 1000:.0f}"
         f" ms (min {min(consumers) * 1000:.0f}, max {max(consumers) * 1000:.0f})"
     )
-    print(
-        f"rebalance after crash: median {statistics.median(crash) * 1000:.0f} ms "
-        f"(session {args.session_ms} ms)"
-    )
+    if crash:  # --crash-rounds 0 measures none
+        print(
+            f"rebalance after crash: median {statistics.median(crash) * 1000:.0f} ms "
+            f"(session {args.session_ms} ms)"
+        )
     for window in (1, 16):
         c, p, h = (figures[f"{n}/{window}"] for n in ("offset_commit", "produce_acks_all", "heartbeat"))
         print(
