@@ -64,12 +64,24 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last error: {last_error})")
 
 
+def check_fetch_wait_below_lag(settings: dict[str, str]) -> None:
+    """A follower caught up when a fetch *arrived* at the leader's LEO, so a fetch parked longer than
+    ``replica.lag.time.max.ms`` makes an in-sync follower "lagging" at the leader's next append until its
+    next fetch arrives: an ISR-shrink tick in that window drops it (acks=all then answers
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND). Kafka's rule: the fetch wait stays below the lag time."""
+    wait_ms, lag_ms = int(settings["replica.fetch.max.wait.ms"]), int(settings["replica.lag.time.max.ms"])
+    if wait_ms >= lag_ms:
+        raise ValueError(f"replica.fetch.max.wait.ms={wait_ms} is not below replica.lag.time.max.ms={lag_ms}")
+
+
 @contextlib.contextmanager
 def running_cluster(
     data_dir: Path, brokers: int = 3, log_level: str = "", **overrides: str
 ) -> Iterator[BrokerCluster]:
+    settings = {**FAST_OVERRIDES, **overrides}
+    check_fetch_wait_below_lag(settings)
     cluster = LocalCluster(
-        data_dir, controllers=3, brokers=brokers, overrides={**FAST_OVERRIDES, **overrides},
+        data_dir, controllers=3, brokers=brokers, overrides=settings,
         log_level=log_level,
     )  # fmt: skip
     cluster.data_dir.mkdir(parents=True, exist_ok=True)

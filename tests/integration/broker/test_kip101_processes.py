@@ -9,6 +9,16 @@ record arrives — so B's HW stays 1 until the wait ends. The test reads that st
 before killing B, and fails loudly if the state was not reached. The brokers restart with the usual
 short wait (it is the follower's setting): a parked fetch must not delay A's return to the ISR.
 
+Why ``replica.lag.time.max.ms`` is longer than that wait here (Kafka's rule: the fetch wait stays below
+the lag time): a follower caught up when its fetch *arrived* at the leader's LEO, so a fetch parked for
+longer than the lag time makes B "lagging" the moment A appends, until B's next fetch arrives. With
+the usual 1.5 s lag and B's fetch parked since topic creation or the previous produce, a loaded
+machine that takes over 1.5 s to reach the next produce and then hits A's ISR-shrink tick (every
+lag/2) in that window dropped B and answered NOT_ENOUGH_REPLICAS_AFTER_APPEND. Nothing here needs lag
+to move a follower out of the ISR (the controller does it when it fences a killed broker), so the lag
+time is twice the parked wait, and the ISR {A, B} is waited for before the first acks=all produce
+and again after A returns.
+
 Why unclean leader election: KRaft takes a broker out of every ISR when it re-registers (its new
 incarnation may have lost unflushed data), so the restarted B can lead only through an unclean
 election once A is gone. That election is the moment KIP-101 is about: whatever B kept is what the
@@ -32,13 +42,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOPIC = "kip101-restart"
 A, B = 101, 102  # assignment order: A leads first
 LONG_FETCH_WAIT_MS = "30000"  # B's parked fetch outlives the test's steps up to the kill
+LAG_TIME_MS = str(2 * int(LONG_FETCH_WAIT_MS))  # a parked fetch never counts as lag (module docstring)
 RECORDS = [b"r0", b"r1"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
     data_dir = Path(tmp_path_factory.mktemp("broker-kip101"))
-    with running_cluster(data_dir, brokers=2, **{"replica.fetch.max.wait.ms": LONG_FETCH_WAIT_MS}) as bc:
+    overrides = {"replica.fetch.max.wait.ms": LONG_FETCH_WAIT_MS, "replica.lag.time.max.ms": LAG_TIME_MS}
+    with running_cluster(data_dir, brokers=2, **overrides) as bc:
         yield bc
 
 
@@ -62,6 +74,7 @@ def test_kip101_restarted_follower_keeps_a_committed_record(cluster: BrokerClust
     keeps it too."""
     cluster.create_topic(TOPIC, rf=2, min_insync_replicas="2", unclean_leader_election_enable="true")
     assert cluster.leader(TOPIC) == A
+    cluster.wait_isr(TOPIC, {A, B})  # acks=all with min.insync.replicas=2 needs both in sync
     for offset, record in enumerate(RECORDS):
         produced = cluster.produce(A, TOPIC, [record])  # acks=all: B has it before the answer
         assert (produced.code, produced.base_offset) == (ErrorCode.NONE, offset), produced
