@@ -200,13 +200,18 @@ def test_bounce_a_broker_and_a_controller(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_during_up_stops_every_process_it_started(tmp_path: Path) -> None:
-    """A start interrupted by KeyboardInterrupt stops the processes it had started (it leaked them)."""
+    """A start interrupted by KeyboardInterrupt stops the processes it had started (it leaked them).
+
+    The quorum cannot elect a leader for 10 minutes (its election timeout), so ``up`` is certainly still
+    waiting when the interrupt comes: on a quiet machine a normal start is ready in ~3 s, before a test
+    that polls for the six pids could interrupt it."""
     data = tmp_path / "cluster"
     with stop_every_recorded_pid(data):
-        up = subprocess.Popen([sys.executable, "-m", "pykraft.cli", "cluster", "up", "--data-dir", str(data)],
+        up = subprocess.Popen([sys.executable, "-m", "pykraft.cli", "cluster", "up", "--data-dir", str(data),
+                               "--override", "controller.quorum.election.timeout.ms=600000"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         try:
-            # Interrupt once the controllers serve and the brokers have started.
+            # Interrupt once the controllers serve and the brokers have started (up waits for a leader).
             wait_for(lambda: len(recorded_pids(data)) == 6, "every node started")
             started = recorded_pids(data)
             up.send_signal(signal.SIGINT)
@@ -216,6 +221,7 @@ def test_ctrl_c_during_up_stops_every_process_it_started(tmp_path: Path) -> None
                 up.kill()
                 up.communicate()
         assert up.returncode == 130, stderr
+        assert "quorum leader elected" not in stderr, stderr  # interrupted while it waited, as intended
         assert "Traceback" not in stderr and "interrupted" in stderr, stderr
         assert len(started) == 6 and not [pid for pid in started if alive(pid)], stderr
 
