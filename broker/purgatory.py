@@ -78,8 +78,9 @@ class DelayedOperationPurgatory(Generic[K]):
             return True
         self._next_id += 1
         operation_id = self._next_id
-        keys = set(operation.keys())
-        assert keys, f"a delayed operation watching nothing would wait for its deadline: {operation}"
+        keys = set(operation.keys())  # none: nothing can complete it early, only its deadline (an
+        # incremental fetch whose session holds no partition waits max_wait_ms, as before: a follower
+        # following nothing from this leader must not spin)
         self._operations[operation_id] = operation
         self._watched[operation_id] = keys
         for key in keys:

@@ -255,3 +255,18 @@ def test_an_answer_that_fails_does_not_strand_the_others() -> None:
         purgatory.check_and_complete("k")
     assert answered == ["b", "c"] and len(purgatory) == 0
     purgatory.invariants()
+
+
+def test_an_operation_watching_nothing_waits_for_its_deadline() -> None:
+    """A follower's incremental fetch whose session holds no partition (it follows nothing from this
+    leader any more) is parked until max_wait, not refused and not answered at once (which would make
+    the follower spin); it crashed the request handler after the purgatory became generic."""
+    purgatory: DelayedOperationPurgatory[str] = DelayedOperationPurgatory()
+    answered: list[str] = []
+    empty = Reentrant("empty", [], lambda op: answered.append(op.name))
+    assert not purgatory.try_complete_else_watch(empty)
+    assert purgatory.next_deadline_ms() == 1_000 and purgatory.check_and_complete("k") == 0
+    purgatory.invariants()
+    assert purgatory.expire(999) == 0 and answered == []
+    assert purgatory.expire(1_000) == 1 and answered == ["empty"] and len(purgatory) == 0
+    purgatory.invariants()
