@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from proto.errors import ErrorCode
+from proto.kafka import messages as m
 from tests.integration.broker.broker_cluster import BrokerCluster, wait_for
+from tests.kafka_call import kafka_call
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -117,9 +120,21 @@ def test_a_closed_stdout_ends_topics_describe_quietly(e2e_cluster: BrokerCluster
     assert process.returncode == 128 + signal.SIGPIPE
 
 
+def offsets_topic_ready(kafka_address: str) -> bool:
+    """A FindCoordinator answered NONE: ``__consumer_offsets`` exists and has leaders."""
+    request = m.FindCoordinatorRequest(key="cli-errors-warm-up")
+    answer = kafka_call(kafka_address, request, 2, PROCESS_TIMEOUT_S)
+    return answer.error_code == ErrorCode.NONE
+
+
 def test_ctrl_c_in_consume_prints_the_summary_and_exits_130(e2e_cluster: BrokerCluster) -> None:
+    """The console consumer has a group.id (librdkafka needs one), so librdkafka looks up its coordinator,
+    and close() waits for that lookup. On a brand-new cluster the first lookup creates __consumer_offsets
+    (seconds on a loaded machine: a fresh-clone run waited over 10 s): this test is about Ctrl-C, so it
+    starts once the offsets topic exists."""
     e2e_cluster.create_topic("cli-errors-sigint", partitions=1)
     bootstrap = e2e_cluster.cluster.kafka_bootstrap
+    wait_for(lambda: offsets_topic_ready(bootstrap.split(",")[0]), PROCESS_TIMEOUT_S, "__consumer_offsets")
     produced, _ = pykraft("produce", "--bootstrap", bootstrap, "--topic", "cli-errors-sigint",
                           stdin=b"a\nb\nc\n")  # fmt: skip
     assert produced.returncode == 0, produced.stderr.decode()
@@ -136,7 +151,12 @@ def test_ctrl_c_in_consume_prints_the_summary_and_exits_130(e2e_cluster: BrokerC
         assert printed == [b"a\n", b"b\n", b"c\n"]
         interrupted = time.monotonic()
         process.send_signal(signal.SIGINT)
-        wait_for(lambda: process.poll() is not None, SAID_WITHIN_S, "consume to stop on SIGINT")
+        try:
+            wait_for(lambda: process.poll() is not None, SAID_WITHIN_S, "consume to stop on SIGINT")
+        except AssertionError:
+            process.kill()  # what it said while it did not stop is the diagnosis
+            said = process.stderr.read().decode() if process.stderr else ""
+            raise AssertionError(f"consume ran on {SAID_WITHIN_S} s after SIGINT; stderr:\n{said}") from None
         assert time.monotonic() - interrupted < SAID_WITHIN_S
         err = process.stderr.read().decode() if process.stderr else ""
     finally:
