@@ -85,7 +85,8 @@ def handle_fetch(
         if not future.done():
             future.set_result(results)
 
-    max_wait_ms = min(max(request.max_wait_ms, 0), services.request_timeout_ms)
+    # An unknown topic id is answered at once, not after the long poll (see replica_fetch).
+    max_wait_ms = 0 if None in names else min(max(request.max_wait_ms, 0), services.request_timeout_ms)
     services.manager.fetch_for_consumer(
         items, request.max_bytes if request.max_bytes > 0 else (1 << 31) - 1, request.min_bytes,
         max_wait_ms, services.clock_ms(), answer, zstd_allowed=context.version >= ZSTD_VERSION,

@@ -88,7 +88,10 @@ def handle_replica_fetch(
         if not future.done():
             future.set_result(results)
 
-    max_wait_ms = min(max(request.max_wait_ms, 0), services.request_timeout_ms)
+    # A topic id this leader does not know (yet) is answered at once, never parked: else a follower
+    # that learned of a new topic before this leader did waits max_wait_ms for an error it retries
+    # after replica.fetch.backoff.ms (Kafka answers a fetch with no partition it can read at once).
+    max_wait_ms = 0 if unknown else min(max(request.max_wait_ms, 0), services.request_timeout_ms)
     max_bytes = request.max_bytes if request.max_bytes > 0 else MAX_BYTES_DEFAULT
     services.manager.fetch_for_follower(
         replica_id, broker_epoch, items, max_bytes, request.min_bytes, max_wait_ms, services.clock_ms(),

@@ -302,6 +302,27 @@ def test_fetch_by_topic_id_from_v13(broker: Broker) -> None:
     assert answer.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
 
 
+def test_an_unknown_topic_id_is_answered_before_the_long_poll_ends(broker: Broker) -> None:
+    """A consumer's long poll (max_wait_ms) naming a topic id this broker does not know is answered
+    at once with UNKNOWN_TOPIC_ID, beside a known partition with nothing new, instead of waiting
+    for data that may never come."""
+    request = fetch(0, 16)  # t is empty: alone, this waits for a record
+    unknown = fetch(0, 16).topics[0]
+    unknown.topic_id = uuid.UUID(int=5)
+    request.topics.append(unknown)
+    request.max_wait_ms = 30_000
+    frame = encode_request(RequestHeader(ApiKey.FETCH, 16, 1, "test"), request)
+
+    async def process():
+        return broker.processor.process(frame, "127.0.0.1:1")
+
+    outcome = asyncio.run(process())
+    assert isinstance(outcome, (bytes, bytearray)), "parked until max_wait_ms"
+    answer = parse_response(ApiKey.FETCH, 16, bytes(outcome[4:]))[1]
+    codes = [(t.topic_id, p.error_code) for t in answer.responses for p in t.partitions]
+    assert codes == [(uuid_of(TOPIC_ID), ErrorCode.NONE), (uuid.UUID(int=5), ErrorCode.UNKNOWN_TOPIC_ID)]
+
+
 def test_list_offsets_and_offset_for_leader_epoch(broker: Broker) -> None:
     broker.call(ApiKey.PRODUCE, 9, produce("t", [b"a", b"b", b"c"]))
 
