@@ -5,22 +5,26 @@ Each batch an idempotent producer sends carries ``producerId``, ``producerEpoch`
 lastOffsetDelta``, wrapping past ``INT32_MAX`` to 0 as in Kafka). For every producer id seen in a
 partition's log we keep its epoch and the metadata of its last ``MAX_BATCHES_PER_PRODUCER`` (5)
 batches: ``(first_seq, last_seq, first_offset, last_offset)``. With that the leader decides, for a
-batch about to be appended (``check``), before anything is written:
+batch about to be appended (``check``), before anything is written, by Kafka's rules
+(``ProducerAppendInfo.checkProducerEpoch`` and ``checkSequence``, Kafka >= 2.5, KIP-360):
 
 - producer id ``NO_PRODUCER_ID`` (-1): not idempotent, always appended.
-- epoch older than the producer's current epoch -> ``INVALID_PRODUCER_EPOCH`` (Kafka >= 2.5 name).
+- unknown producer (no entry: new, its state expired after ``producer.id.expiration.ms``, or all
+  its batches were truncated away): appended whatever its sequence and epoch. Kafka accepts any
+  sequence when it knows no epoch for the producer (also after retention or DeleteRecords removed
+  its batches), so that an idle producer that comes back after its state expired is not refused;
+  the batch starts a new window there. This is safe for pipelined requests because the listener processes one
+  connection's requests in arrival order (``broker.network``) and a client sends a partition's
+  batches on one connection in sequence order: a later batch never reaches the log before an
+  earlier one of the same request stream. Kafka no longer answers ``UNKNOWN_PRODUCER_ID`` to a
+  Produce (it did before KIP-360, for a first sequence other than 0); neither does pykraft.
+- epoch older than the producer's current epoch -> ``INVALID_PRODUCER_EPOCH`` (Kafka >= 2.7 name).
 - epoch newer: the batch must start at sequence 0, else ``OUT_OF_ORDER_SEQUENCE_NUMBER``.
 - same epoch, ``(first_seq, last_seq)`` equal to one of the 5 retained batches -> a **duplicate**:
-  answered with the original's offsets and not appended again.
+  answered with the original's offsets and not appended again (Kafka looks for a duplicate first;
+  only a batch of the entry's epoch can be one, so the order of these checks does not matter).
 - same epoch, ``first_seq == last_seq + 1`` (mod 2^31) -> in sequence, appended.
 - anything else -> ``OUT_OF_ORDER_SEQUENCE_NUMBER`` (a gap, or a batch older than the 5-window).
-- unknown producer (no entry: new, expired, or its batches removed by retention): the batch must
-  start at sequence 0, else ``UNKNOWN_PRODUCER_ID`` (Kafka before KIP-360). Kafka >= 2.5 accepts any
-  sequence here because one connection delivers a producer's requests in order; gRPC runs
-  concurrent requests in any order, so batch 1 of a new producer may arrive before batch 0, and
-  accepting it would let batch 0 land after it. The client retries UNKNOWN_PRODUCER_ID while an
-  earlier batch of the partition is unacknowledged (it establishes the state); with none (the state
-  expired) it bumps its epoch and resends from sequence 0 (KIP-360).
 
 After an append, leaders and followers alike call ``update`` with the batch and its offsets (this is
 how followers, and a restarted broker replaying its log, rebuild the same state, so a retry sent to a
@@ -151,13 +155,9 @@ class ProducerStateManager:
             return APPEND
         entry = self.producers.get(batch.producer_id)
         if entry is None:
-            if batch.base_sequence == 0:
-                return APPEND
-            return Reject(
-                ErrorCode.UNKNOWN_PRODUCER_ID,
-                f"producer {batch.producer_id} has no state here and sequence {batch.base_sequence} "
-                "is not 0 (its earlier batches are not here yet, or its state expired)",
-            )
+            # Kafka: no epoch known for this producer (currentEntry.producerEpoch == NO_PRODUCER_EPOCH)
+            # -> any sequence is accepted (module docstring).
+            return APPEND
         if batch.producer_epoch < entry.producer_epoch:
             return Reject(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -175,7 +175,9 @@ class ProducerStateManager:
         original = entry.find_duplicate(batch.base_sequence, batch.last_seq)
         if original is not None:
             return Duplicate(original.first_offset, original.last_offset)
-        if entry.last_seq == NO_SEQUENCE or batch.base_sequence == next_sequence(entry.last_seq):
+        # An entry always holds a batch (``invariants``); were it empty, NO_SEQUENCE + 1 == 0 is expected,
+        # as in Kafka's inSequence.
+        if batch.base_sequence == next_sequence(entry.last_seq):
             return APPEND
         return Reject(
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,

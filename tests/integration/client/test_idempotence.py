@@ -5,8 +5,10 @@
   order.
 - KIP-854 expiry, on the broker: a producer id whose batches keep coming (each sent twice, as a
   retry after a lost answer would be) is never treated as new; once idle, its state is gone no
-  earlier than ``producer.id.expiration.ms`` after its last batch, and a bumped epoch from sequence 0
-  is then accepted. Raw Produce requests with a fixed producer id, so that every answer is seen.
+  earlier than ``producer.id.expiration.ms`` after its last batch, so that a batch at its old epoch
+  with any sequence is accepted (as by Kafka), its retry is a duplicate, and a bumped epoch from
+  sequence 0 is accepted too. Raw Produce requests with a fixed producer id, so that every answer
+  is seen.
 
 Retried batches after a lost answer, with a leader SIGKILLed meanwhile, are covered with
 confluent-kafka by tests/chaos (``test_retried_sends_duplicate_only_without_idempotence``: the chaos
@@ -67,12 +69,15 @@ def test_a_refused_batch_does_not_block_the_later_ones(cluster: BrokerCluster) -
     assert values == [b"first"] + [b"after-%d" % i for i in range(10)]
 
 
-def test_idle_producer_state_expires_and_a_bumped_epoch_carries_on(tmp_path: Path) -> None:
+def test_idle_producer_state_expires_and_the_producer_carries_on(tmp_path: Path) -> None:
     """KIP-854 on a real broker started with ``producer.id.expiration.ms=3000``: a producer whose every
     batch comes twice (the retry is answered as a duplicate, not appended) over 1.5 x the expiration
-    is never treated as new; once idle, its state is gone no earlier than 3 s after its last batch (a
-    gap probe turns from OUT_OF_ORDER_SEQUENCE_NUMBER into UNKNOWN_PRODUCER_ID); its next record,
-    under a bumped epoch from sequence 0 (KIP-360), is appended. The log holds every record once."""
+    is never treated as new; once idle, its state is gone no earlier than 3 s after its last batch: a
+    gap probe at the same epoch turns from OUT_OF_ORDER_SEQUENCE_NUMBER into appended, because Kafka
+    accepts any sequence from a producer it knows no epoch of (this was UNKNOWN_PRODUCER_ID while
+    gRPC could reorder requests); the probe's retry is a duplicate answered with its offset; its next
+    record, under a bumped epoch from sequence 0 (KIP-360), is appended. The log holds every record
+    once."""
     expiration_ms = 3000
     producer_id = 4242
     with running_cluster(tmp_path, brokers=1, **{"producer.id.expiration.ms": str(expiration_ms)}) as bc:
@@ -98,11 +103,21 @@ def test_idle_producer_state_expires_and_a_bumped_epoch_carries_on(tmp_path: Pat
         def probe() -> ErrorCode:
             return produce(b"probe", 0, sent + 10).code
 
-        assert probe() == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        wait_for(lambda: probe() == ErrorCode.UNKNOWN_PRODUCER_ID, 30, "the idle producer's expiry", 0.1)
+        probes = []  # a refused probe appends nothing; the first accepted one lands at offset `sent`
+
+        def probe_accepted() -> bool:
+            probes.append(produce(b"probe", 0, sent + 10))
+            assert probes[-1].code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.NONE), probes[-1]
+            return probes[-1].code == ErrorCode.NONE
+
+        assert not probe_accepted()
+        wait_for(probe_accepted, 30, "the idle producer's expiry", 0.1)
         idle_ms = time.time() * 1000 - last_send_ms
         assert idle_ms >= expiration_ms, f"expired after only {idle_ms:.0f} ms idle"
+        assert probes[-1].base_offset == sent, probes[-1]
+        retry = produce(b"probe", 0, sent + 10)
+        assert (retry.code, retry.base_offset) == (ErrorCode.NONE, sent), retry
         after = produce(b"after", 1, 0)
-        assert (after.code, after.base_offset) == (ErrorCode.NONE, sent), after
+        assert (after.code, after.base_offset) == (ErrorCode.NONE, sent + 1), after
         values = [v for _, v in bc.read_all(leader, topic)]
-        assert values == [b"%d" % i for i in range(sent)] + [b"after"]
+        assert values == [b"%d" % i for i in range(sent)] + [b"probe", b"after"]

@@ -79,10 +79,10 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> It
         manager.close()
 
 
-def produce(h: Harness, sequence: int, values: list[bytes]):
+def produce(h: Harness, sequence: int, values: list[bytes], epoch: int = 0):
     answers: dict = {}
     records = build_batch(
-        [(None, v, (), 0) for v in values], producer_id=PID, producer_epoch=0, base_sequence=sequence
+        [(None, v, (), 0) for v in values], producer_id=PID, producer_epoch=epoch, base_sequence=sequence
     )
     h.managers[101].produce(1, 5000, [ProduceRequestPartition(KEY, records, None)], h.now_ms, answers.update)
     return answers[KEY]
@@ -95,19 +95,29 @@ def test_configured_expiration_reaches_the_partition(harness: Harness) -> None:
 
 def test_idle_producer_expires_after_the_configured_time(harness: Harness, clock: Clock) -> None:
     """A probe with a gap (sequence 5) is OUT_OF_ORDER while the state exists (it appends nothing and
-    does not refresh the state) and UNKNOWN_PRODUCER_ID once it expired: not before the expiration,
-    and within one check interval (a tenth of it) after."""
+    does not refresh the state) and, once the state expired, appended: Kafka accepts any sequence
+    from a producer it knows no epoch of, so an idle producer that comes back is not refused (this
+    was UNKNOWN_PRODUCER_ID, pre-KIP-360 Kafka's answer, while gRPC could reorder requests). Not
+    before the expiration, and within one check interval (a tenth of it) after. The probe's retry is
+    then a duplicate answered with its offset, and a bumped epoch from sequence 0 carries on."""
     assert produce(harness, 0, [b"a", b"b"]).code == ErrorCode.NONE
     appended_ms = clock.now_ms
     for idle_ms in (1, EXPIRATION_MS // 2, EXPIRATION_MS - 1):
         clock.now_ms = appended_ms + idle_ms
         assert produce(harness, 5, [b"probe"]).code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, idle_ms
-    clock.now_ms = appended_ms + EXPIRATION_MS + EXPIRATION_MS // 10
-    assert produce(harness, 5, [b"probe"]).code == ErrorCode.UNKNOWN_PRODUCER_ID
-    assert PID not in harness.managers[101].logs[KEY].producer_state.producers
     assert harness.managers[101].logs[KEY].log_end_offset == 2
-    clock.now_ms += 1  # the producer comes back with a bumped epoch from sequence 0 (KIP-360)
-    assert produce(harness, 0, [b"c"]).code == ErrorCode.NONE
+    clock.now_ms = appended_ms + EXPIRATION_MS + EXPIRATION_MS // 10
+    probe = produce(harness, 5, [b"probe"])
+    assert (probe.code, probe.base_offset) == (ErrorCode.NONE, 2), probe
+    state = harness.managers[101].logs[KEY].producer_state
+    assert [(b.first_seq, b.first_offset) for b in state.producers[PID].batches] == [(5, 2)]
+    clock.now_ms += 1
+    retry = produce(harness, 5, [b"probe"])
+    assert (retry.code, retry.base_offset) == (ErrorCode.NONE, 2), retry
+    assert harness.managers[101].logs[KEY].log_end_offset == 3
+    clock.now_ms += 1  # the producer carries on with a bumped epoch from sequence 0 (KIP-360)
+    assert produce(harness, 0, [b"c"], epoch=1).code == ErrorCode.NONE
+    assert harness.managers[101].logs[KEY].log_end_offset == 4
 
 
 def test_live_producer_retry_is_never_treated_as_new(harness: Harness, clock: Clock) -> None:

@@ -8,6 +8,7 @@ from proto.errors import ErrorCode
 from storage.producer_state import (
     APPEND,
     INT32_MAX,
+    BatchMetadata,
     Duplicate,
     ProducerBatch,
     ProducerStateManager,
@@ -39,7 +40,11 @@ HISTORY = (b(0, 2), b(2, 3), b(5, 1))  # offsets 0-1, 2-4, 5
     ("history", "incoming", "expected"),
     [
         ((), b(0), APPEND),
-        ((), b(42), Reject(ErrorCode.UNKNOWN_PRODUCER_ID, "")),  # batch 0 has not arrived yet
+        # Kafka (>= 2.5, KIP-360) accepts any first sequence from a producer it knows no epoch of (its
+        # state expired, or it is new): this used to be UNKNOWN_PRODUCER_ID while gRPC could reorder
+        # requests; one connection's requests now reach the log in order (broker.network).
+        ((), b(42), APPEND),
+        ((), b(42, epoch=3), APPEND),
         (HISTORY, b(6), APPEND),
         (HISTORY, b(0, 2), Duplicate(0, 1)),
         (HISTORY, b(2, 3), Duplicate(2, 4)),
@@ -57,6 +62,7 @@ HISTORY = (b(0, 2), b(2, 3), b(5, 1))  # offsets 0-1, 2-4, 5
     ids=[
         "new-producer-seq0",
         "new-producer-not-seq0",
+        "new-producer-not-seq0-not-epoch0",
         "in-sequence",
         "duplicate-first",
         "duplicate-middle",
@@ -73,8 +79,9 @@ HISTORY = (b(0, 2), b(2, 3), b(5, 1))  # offsets 0-1, 2-4, 5
     ],
 )
 def test_check(history, incoming, expected):
-    """Duplicate -> original offsets; gap -> OUT_OF_ORDER; old epoch -> INVALID_PRODUCER_EPOCH;
-    new epoch must start at 0; sequences wrap at INT32_MAX."""
+    """Kafka's ProducerAppendInfo: duplicate -> original offsets; gap -> OUT_OF_ORDER; old epoch ->
+    INVALID_PRODUCER_EPOCH; a new epoch of a known producer must start at 0; an unknown producer may
+    start anywhere; sequences wrap at INT32_MAX."""
     verdict = state_with(*history).check(incoming)
     if isinstance(expected, Reject):
         assert isinstance(verdict, Reject) and verdict.code == expected.code, verdict
@@ -122,6 +129,23 @@ def test_duplicate_keeps_producer_alive():
     state.touch(PID, 900)
     assert state.remove_expired(1500) == []
     assert state.check(b(0)) == Duplicate(0, 0)
+
+
+def test_idle_producer_comes_back_after_its_state_expired():
+    """KIP-854 + Kafka's checkSequence: an idle producer whose state expired sends its next batch at the
+    same epoch with sequence N > 0: it is appended (not refused), starts a new window, and a retry of
+    it is then a duplicate answered with the original offsets."""
+    state = state_with(*HISTORY, now_ms=0)  # epoch 0, sequences 0-5 at offsets 0-5
+    assert state.remove_expired(1000) == [PID]
+    comeback = b(6, 3)  # the producer's next sequence, as it would send it
+    assert state.check(comeback) == APPEND
+    state.update(comeback, 6, 8, 1001)
+    state.invariants()
+    assert state.producers[PID].batches == (BatchMetadata(6, 8, 6, 8),)
+    assert state.check(comeback) == Duplicate(6, 8)
+    assert state.check(b(9, epoch=0)) == APPEND
+    assert state.check(b(10)).code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert state.check(b(3, epoch=1)).code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # known again
 
 
 def test_check_all_multi_batch_all_or_nothing():
