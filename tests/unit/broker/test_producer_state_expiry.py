@@ -17,12 +17,13 @@ import pytest
 
 from broker.config import BrokerConfigError, BrokerSettings, config_from, parse_overrides
 from broker.replica_manager import ProduceRequestPartition, ReplicaManager
+from metadata.records import PartitionChangeRecord
 from proto.errors import ErrorCode
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from storage.record_batch import build_batch
 from tests.unit.broker import test_replica_manager
 from tests.unit.broker.test_config_sources import args_for
-from tests.unit.broker.test_replica_manager import KEY, Harness
+from tests.unit.broker.test_replica_manager import KEY, TOPIC_ID, Harness
 
 EXPIRATION_MS = 10_000
 PID = 77
@@ -79,12 +80,13 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> It
         manager.close()
 
 
-def produce(h: Harness, sequence: int, values: list[bytes], epoch: int = 0):
+def produce(h: Harness, sequence: int, values: list[bytes], epoch: int = 0, broker_id: int = 101):
     answers: dict = {}
     records = build_batch(
         [(None, v, (), 0) for v in values], producer_id=PID, producer_epoch=epoch, base_sequence=sequence
     )
-    h.managers[101].produce(1, 5000, [ProduceRequestPartition(KEY, records, None)], h.now_ms, answers.update)
+    request = [ProduceRequestPartition(KEY, records, None)]
+    h.managers[broker_id].produce(1, 5000, request, h.now_ms, answers.update)
     return answers[KEY]
 
 
@@ -136,3 +138,32 @@ def test_live_producer_retry_is_never_treated_as_new(harness: Harness, clock: Cl
         sequence += 2
         clock.now_ms += 1
     assert harness.managers[101].logs[KEY].log_end_offset == sequence
+
+
+@pytest.mark.parametrize("follower_expired", [False, True], ids=["follower-kept-it", "follower-expired-too"])
+def test_follower_reaches_the_leaders_state_after_a_comeback(
+    harness: Harness, clock: Clock, follower_expired: bool
+) -> None:
+    """Expiry runs on each broker's own schedule, so a follower may still hold the producer's old
+    window when the leader accepted its comeback batch at sequence 5 (a gap to that window): the
+    follower replicating it restarts the window there too, so both hold the same state, and after a
+    failover the comeback's retry is still a duplicate answered with its offset."""
+    assert produce(harness, 0, [b"a", b"b"]).code == ErrorCode.NONE
+    harness.replicate(102)
+    assert PID in harness.managers[102].logs[KEY].producer_state.producers
+    clock.now_ms += EXPIRATION_MS
+    if follower_expired:
+        harness.managers[102].log_manager.maybe_expire_producers()
+        assert PID not in harness.managers[102].logs[KEY].producer_state.producers
+    comeback = produce(harness, 5, [b"comeback"])  # the leader expires the producer first, then appends
+    assert (comeback.code, comeback.base_offset) == (ErrorCode.NONE, 2), comeback
+    harness.replicate(102)
+    leader_entry = harness.managers[101].logs[KEY].producer_state.producers[PID]
+    follower_entry = harness.managers[102].logs[KEY].producer_state.producers[PID]
+    assert (follower_entry.producer_epoch, follower_entry.batches) == (
+        leader_entry.producer_epoch, leader_entry.batches
+    )  # fmt: skip
+    harness.apply(PartitionChangeRecord(TOPIC_ID, 0, leader=102, isr=(102, 103)))
+    retry = produce(harness, 5, [b"comeback"], broker_id=102)
+    assert (retry.code, retry.base_offset) == (ErrorCode.NONE, 2), retry
+    assert harness.managers[102].logs[KEY].log_end_offset == 3
