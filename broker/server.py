@@ -429,6 +429,7 @@ class BrokerNode:
                 await task
         if self._timer is not None:
             self._timer.cancel()
+        await self.services.offsets_topic.stop()
         await self.groups.stop()
         await self.group_lag.stop()
         await self.fetchers.stop()

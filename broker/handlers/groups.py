@@ -8,9 +8,11 @@ Every rule lives in the sans-I/O core (``broker.group.coordinator``), run by its
 (``broker.group.driver.GroupDriver``); a handler converts the wire struct into the core's request,
 calls the driver and builds the response of the request's version:
 
-- FindCoordinator creates ``__consumer_offsets`` on first use (``OffsetsTopic``) and answers the leader
-  of the group's offsets partition at its endpoint on the listener the request came through. v4 batches
-  keys. Only key type 0 (group) is served: transactions do not exist yet, so key type 1 gets
+- FindCoordinator answers the leader of the group's offsets partition at its endpoint on the listener
+  the request came through, at once: while ``__consumer_offsets`` is being created on first use
+  (``OffsetsTopic`` starts that) or the partition has no live leader, COORDINATOR_NOT_AVAILABLE
+  (retriable; clients look again after their backoff), as Kafka answers. v4 batches keys, each with
+  its own answer. Only key type 0 (group) is served: transactions do not exist yet, so key type 1 gets
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED (fatal in Kafka's clients, where a retriable code would loop).
 - JoinGroup v4+ follows KIP-394 (MEMBER_ID_REQUIRED with the new id, then a rejoin with it); v0-3
   clients do not know that error and join in one round. v0 has no rebalance timeout: the session
@@ -96,7 +98,7 @@ async def _coordinator(
     elif services.offsets_topic is None:
         problem = error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no group coordinator")
     else:
-        found = await services.offsets_topic.find_coordinator(key)
+        found = services.offsets_topic.find_coordinator(key)
         problem = found.error if found.error.code else None
         if problem is None:
             broker = services.manager.image.brokers.get(found.node_id)

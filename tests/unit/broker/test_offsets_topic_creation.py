@@ -49,9 +49,17 @@ def find_coordinator(topic_args: dict, brokers: int) -> tuple[admin_pb2.CreateTo
 
     driver = SimpleNamespace(core=None, manager=SimpleNamespace(image=FakeImage(brokers)))
     offsets_topic = OffsetsTopic(driver, forward_admin, **topic_args)  # type: ignore[arg-type]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("broker.group.offsets_topic.TOPIC_WAIT_S", 0.05)
-        response = asyncio.run(offsets_topic.find_coordinator("billing"))
+
+    async def first_lookup() -> object:
+        response = offsets_topic.find_coordinator("billing")  # answers at once; the creation runs on
+        deadline = asyncio.get_running_loop().time() + 10.0  # a bound for a loaded machine, not a wait
+        while not sent:
+            assert asyncio.get_running_loop().time() < deadline, "no CreateTopics within 10 s"
+            await asyncio.sleep(0.001)
+        await offsets_topic.stop()  # the topic never shows up in FakeImage: stop waiting for it
+        return response
+
+    response = asyncio.run(first_lookup())
     (create,) = sent
     return create, response
 

@@ -11,6 +11,8 @@ OffsetDelete of a subscribed topic, ListGroups' states filter, DeleteGroups of a
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 
 import pytest
@@ -23,7 +25,14 @@ from broker.handlers import groups
 from broker.handlers.context import BrokerServices, RequestContext
 from broker.replica_manager import ProduceResult
 from metadata.image import MetadataImage
-from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from metadata.records import (
+    Endpoint,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+)
+from proto import admin_pb2, common_pb2
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import (
@@ -34,6 +43,8 @@ from proto.kafka.api import (
     parse_request,
     parse_response,
 )
+from proto.kafka_types import NO_LEADER
+from proto.logfmt import LogfmtFormatter
 from tests.kafka_call import consumer_subscription
 
 LISTENER = "PLAINTEXT"
@@ -42,23 +53,34 @@ GROUP = "g"  # led here: offsets partition partition_for("g") is led by broker 1
 CONFIG = GroupConfig(min_session_timeout_ms=1_000, initial_rebalance_delay_ms=0)
 
 
+OFFSETS_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
+LED = partition_for(GROUP, OFFSETS_PARTITIONS)
+
+
+def offsets_partitions(leader_of: Callable[[int], int]) -> list[PartitionRecord]:
+    return [
+        PartitionRecord(OFFSETS_TOPIC_ID, p, (101,), (101,), leader_of(p)) for p in range(OFFSETS_PARTITIONS)
+    ]
+
+
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, forward_admin: Callable[[str, object], Awaitable[object]] | None = None) -> None:
+        """A cluster whose ``__consumer_offsets`` exists, or, given the controller's ``forward_admin``,
+        a brand-new one without it."""
         image = MetadataImage()
-        led = partition_for(GROUP, OFFSETS_PARTITIONS)
-        records = [
+        records: list[object] = [
             RegisterBrokerRecord(
                 b, f"inc-{b}", (Endpoint("GRPC", "127.0.0.1", b), Endpoint(LISTENER, "kafka-host", 9000 + b)),
                 fenced=False,
             )
             for b in (101, 102)
         ]  # fmt: skip
+        if forward_admin is None:
+            records += [
+                TopicRecord(OFFSETS_TOPIC, OFFSETS_TOPIC_ID),
+                *offsets_partitions(lambda p: 101 if p == LED else 102),
+            ]
         records += [
-            TopicRecord(OFFSETS_TOPIC, "AAAAAAAAAAAAAAAAAAAAAQ"),
-            *(
-                PartitionRecord("AAAAAAAAAAAAAAAAAAAAAQ", p, (101,), (101,), 101 if p == led else 102)
-                for p in range(OFFSETS_PARTITIONS)
-            ),
             TopicRecord("t", "AAAAAAAAAAAAAAAAAAAAAg"),
             PartitionRecord("AAAAAAAAAAAAAAAAAAAAAg", 0, (101,), (101,), 101),
             PartitionRecord("AAAAAAAAAAAAAAAAAAAAAg", 1, (101,), (101,), 101),
@@ -76,21 +98,22 @@ class Harness:
             5_000,
             now_ms=lambda: self.now_ms,  # type: ignore[arg-type]
         )
-        self.driver.core.on_election(led, OFFSETS_PARTITIONS)
-        self.driver.core.complete_loading(led, self.now_ms)
+        self.driver.core.on_election(LED, OFFSETS_PARTITIONS)
+        self.driver.core.complete_loading(LED, self.now_ms)
         self.unknown_group = next(  # a group that does not exist but would be coordinated here
-            f"unknown-{i}" for i in range(100) if partition_for(f"unknown-{i}", OFFSETS_PARTITIONS) == led
+            f"unknown-{i}" for i in range(100) if partition_for(f"unknown-{i}", OFFSETS_PARTITIONS) == LED
         )
         self.other_group = next(
-            f"other-{i}" for i in range(100) if partition_for(f"other-{i}", OFFSETS_PARTITIONS) != led
+            f"other-{i}" for i in range(100) if partition_for(f"other-{i}", OFFSETS_PARTITIONS) != LED
         )
 
         async def no_admin(method: str, request: object) -> object:
             raise AssertionError(f"no admin call expected, got {method}")
 
+        self.offsets_topic = OffsetsTopic(self.driver, forward_admin or no_admin, OFFSETS_PARTITIONS, 1)
         self.services = BrokerServices(
             101, self.manager, lambda: self.now_ms, 5_000, groups=self.driver,  # type: ignore[arg-type]
-            offsets_topic=OffsetsTopic(self.driver, no_admin, OFFSETS_PARTITIONS, 1),
+            offsets_topic=self.offsets_topic,
         )  # fmt: skip
         self.correlation_id = 0
 
@@ -300,6 +323,156 @@ def test_find_coordinator_batched_keys_and_transactions(h: Harness) -> None:
         txn.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         and "not supported" in txn.error_message
     )
+
+
+class Controller:
+    """The controllers' side of the offsets topic's CreateTopics: each call is recorded and waits for
+    the test to answer it (``answer.set_result`` / ``set_exception``)."""
+
+    def __init__(self) -> None:
+        self.requests: list[admin_pb2.CreateTopicsRequest] = []
+        self.answer: asyncio.Future[admin_pb2.CreateTopicsResponse] | None = None
+
+    async def forward_admin(self, method: str, request: object) -> object:
+        assert method == "CreateTopics", method
+        assert isinstance(request, admin_pb2.CreateTopicsRequest)
+        self.requests.append(request)
+        self.answer = asyncio.get_running_loop().create_future()
+        return await self.answer
+
+
+def created(code: ErrorCode = ErrorCode.NONE, message: str = "") -> admin_pb2.CreateTopicsResponse:
+    return admin_pb2.CreateTopicsResponse(error=common_pb2.Error(code=code, message=message))
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Only this event loop's tasks must run for ``condition`` (a few iterations); 10 s is a bound for
+    a loaded machine, never a wait."""
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"waited 10 s for {what}"
+        await asyncio.sleep(0.001)
+
+
+async def lookup(h: Harness, version: int, keys: list[str]) -> list[tuple]:
+    """FindCoordinator at ``version`` (one key before v4, a batch from v4): (key, error, message, node,
+    host, port) per key."""
+    if version >= groups.BATCHED_COORDINATOR_VERSION:
+        r = await h.acall(ApiKey.FIND_COORDINATOR, version, m.FindCoordinatorRequest(coordinator_keys=keys))
+        return [(c.key, c.error_code, c.error_message, c.node_id, c.host, c.port) for c in r.coordinators]
+    (key,) = keys
+    r = await h.acall(ApiKey.FIND_COORDINATOR, version, m.FindCoordinatorRequest(key=key))
+    return [(key, r.error_code, r.error_message, r.node_id, r.host, r.port)]
+
+
+def not_available(answers: list[tuple], version: int, says: str) -> bool:
+    """Every key answered COORDINATOR_NOT_AVAILABLE with no node, and (v1+, which carry a message) a
+    message that says ``says``."""
+    return all(
+        code == ErrorCode.COORDINATOR_NOT_AVAILABLE and (node, host, port) == (-1, "", -1)
+        and (version == 0 or says in message)
+        for _, code, message, node, host, port in answers
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("version", range(5), ids=lambda v: f"v{v}")
+def test_find_coordinator_on_a_new_cluster_answers_at_once_while_the_offsets_topic_is_created(
+    version: int,
+) -> None:
+    """Kafka's KafkaApis.getCoordinator: with no __consumer_offsets yet, the lookup starts its creation
+    and answers COORDINATOR_NOT_AVAILABLE (retriable) at once, for each key of a v4 batch; lookups
+    meanwhile start no second creation; a partition without a leader is COORDINATOR_NOT_AVAILABLE too;
+    then the leader is the coordinator."""
+    controller = Controller()
+    h = Harness(controller.forward_admin)
+    keys = [GROUP, h.other_group] if version >= groups.BATCHED_COORDINATOR_VERSION else [GROUP]
+
+    async def scenario() -> None:
+        # The controller has not answered (and never will, below): the lookup does not wait for it.
+        assert not_available(await lookup(h, version, keys), version, "is being created on first use")
+        await until(lambda: len(controller.requests) == 1, "the CreateTopics")
+        (topic,) = controller.requests[0].topics
+        assert (topic.name, topic.num_partitions, topic.replication_factor) == (OFFSETS_TOPIC, 2, 1)
+        assert not_available(await lookup(h, version, keys), version, "is being created on first use")
+        assert controller.answer is not None
+        controller.answer.set_result(created())
+        h.manager.image.apply_batch(
+            [TopicRecord(OFFSETS_TOPIC, OFFSETS_TOPIC_ID), *offsets_partitions(lambda p: NO_LEADER)], 2
+        )
+        await until(lambda: h.offsets_topic.creation is None, "the creation to end")
+        assert not_available(await lookup(h, version, keys), version, "has no leader yet")
+        h.manager.image.apply_batch(
+            [PartitionChangeRecord(OFFSETS_TOPIC_ID, p, leader=101 if p == LED else 102)
+             for p in range(OFFSETS_PARTITIONS)], 3,
+        )  # fmt: skip
+        found = await lookup(h, version, keys)
+        assert [(key, code, node, host, port) for key, code, _, node, host, port in found] == [
+            (GROUP, 0, 101, "kafka-host", 9101), (h.other_group, 0, 102, "kafka-host", 9102),
+        ][: len(keys)]  # fmt: skip
+        assert (len(controller.requests), h.offsets_topic.creations_started) == (1, 1)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        pytest.param(created(ErrorCode.NOT_CONTROLLER, "CreateTopics: no controller answered"),
+                     "NOT_CONTROLLER: CreateTopics: no controller answered", id="refused"),
+        pytest.param(ConnectionResetError("controller connection reset"),
+                     "ConnectionResetError: controller connection reset", id="raised"),
+    ],
+)  # fmt: skip
+def test_a_failed_offsets_topic_creation_is_said_and_retried_by_the_next_lookup(
+    failure: object, said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller = Controller()
+    h = Harness(controller.forward_admin)
+
+    async def scenario() -> None:
+        assert not_available(await lookup(h, 3, [GROUP]), 3, "is being created on first use")
+        await until(lambda: controller.answer is not None, "the CreateTopics")
+        assert controller.answer is not None
+        if isinstance(failure, BaseException):
+            controller.answer.set_exception(failure)
+        else:
+            controller.answer.set_result(failure)  # type: ignore[arg-type]
+        await until(lambda: h.offsets_topic.creation is None, "the creation to end")
+        formatter = LogfmtFormatter(101, "broker")
+        logged = [formatter.format(r) for r in caplog.records
+                  if r.name == "broker.group.offsets_topic" and r.levelno >= logging.WARNING]  # fmt: skip
+        assert len(logged) == 1 and "offsets_topic_creation_failed" in logged[0] and said in logged[0]
+        assert not_available(await lookup(h, 3, [GROUP]), 3, f"failed last time ({said}); trying again")
+        assert h.offsets_topic.creations_started == 2
+        await until(lambda: len(controller.requests) == 2, "the second CreateTopics")
+        controller.answer.set_result(created(ErrorCode.TOPIC_ALREADY_EXISTS))  # another broker's did it
+        h.manager.image.apply_batch(
+            [TopicRecord(OFFSETS_TOPIC, OFFSETS_TOPIC_ID), *offsets_partitions(lambda p: 101)], 2
+        )
+        ((_, code, _, node, _, _),) = await lookup(h, 3, [GROUP])
+        assert (code, node) == (0, 101)
+
+    asyncio.run(scenario())
+
+
+def test_a_transactional_lookup_creates_nothing_and_stop_cancels_a_creation() -> None:
+    """Key type 1 answers as on a cluster with the offsets topic (transactions are not served), and
+    starts no creation; a stopping broker cancels the creation in flight."""
+    controller = Controller()
+    h = Harness(controller.forward_admin)
+
+    async def scenario() -> None:
+        txn = await h.acall(ApiKey.FIND_COORDINATOR, 3, m.FindCoordinatorRequest(key="tx-1", key_type=1))
+        assert txn.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert h.offsets_topic.creation is None and not controller.requests
+        await lookup(h, 3, [GROUP])
+        await until(lambda: len(controller.requests) == 1, "the CreateTopics")
+        creation = h.offsets_topic.creation
+        assert creation is not None
+        await h.offsets_topic.stop()
+        assert creation.cancelled() and h.offsets_topic.creation is None
+
+    asyncio.run(scenario())
 
 
 def test_offset_delete_refuses_subscribed_topics(h: Harness) -> None:
