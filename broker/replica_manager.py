@@ -463,6 +463,11 @@ class ReplicaManager:
             check_codecs(item.records, tp, zstd_allowed)
             # Kafka's order: the batches' own checks, then the producer state, then the write.
             valid = plog.validate_as_leader(item.records, origin)
+            if origin is AppendOrigin.CLIENT and len(valid.headers) != 1:  # Kafka's ProduceRequest rule
+                raise errors.InvalidRecordError(
+                    f"{tp[0]}-{tp[1]}: a Produce carries exactly one record batch per partition (v3 and "
+                    f"above), this one carries {len(valid.headers)}: send them as separate requests"
+                )
             batches = [producer_batch(header) for _, header in valid.headers]
             verdict = plog.producer_state.check_all(batches)
             if isinstance(verdict, Duplicate):

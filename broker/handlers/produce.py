@@ -4,7 +4,8 @@ Every rule is the replica manager's (``ReplicaManager.produce``): per
 partition, all or nothing — unknown topic, leadership (Kafka's Produce names no leader epoch), acks,
 ``|ISR| >= min.insync.replicas`` for acks=all (NOT_ENOUGH_REPLICAS, nothing appended), the batch's
 header/CRC/size (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE), Kafka's LogValidator rules for clients
-(INVALID_RECORD: no control batches, no empty batch, a producer id needs a sequence >= 0), no appends to
+(INVALID_RECORD: exactly one batch per partition, as Kafka's ProduceRequest requires from v3, no
+control batches, no empty batch, a producer id needs a sequence >= 0), no appends to
 internal topics (INVALID_TOPIC_EXCEPTION), zstd only from v7 (UNSUPPORTED_COMPRESSION_TYPE),
 idempotent dedup (a retried batch is answered with its original offset; a sequence gap gets
 OUT_OF_ORDER_SEQUENCE_NUMBER). The records go to the log as the frame carried them.

@@ -262,6 +262,19 @@ def test_corrupt_batch_is_refused_and_nothing_appended(broker: Broker) -> None:
     assert broker.manager.logs[("t", 0)].log_end_offset == 0
 
 
+def test_two_batches_for_one_partition_are_refused_invalid_record(broker: Broker) -> None:
+    """Kafka's ProduceRequest.validateRecords: from v3 a Produce carries exactly one batch per partition
+    (a client never sends more); two are INVALID_RECORD and nothing is appended; one is appended."""
+    two = produce("t", [b"a"]).topic_data[0].partition_data[0].records * 2
+    answer = broker.call(ApiKey.PRODUCE, 9, produce_batch(two, acks=1))
+    result = answer.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.INVALID_RECORD, result
+    assert "exactly one record batch" in (result.error_message or "")
+    assert broker.manager.logs[("t", 0)].log_end_offset == 0
+    one = broker.call(ApiKey.PRODUCE, 9, produce_batch(two[: len(two) // 2], acks=1))
+    assert one.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+
+
 def test_a_batch_marked_zstd_whose_payload_is_not_zstd_is_corrupt_message(broker: Broker) -> None:
     """Issue 14 defect 5: a valid CRC over a payload that does not decompress is refused on produce
     (Kafka's LogValidator decompresses on the leader); nothing is appended, the partition stays readable."""
