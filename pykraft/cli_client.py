@@ -456,13 +456,14 @@ def run_consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int
     total = [0]  # records printed so far (what the summary counts, even after Ctrl-C)
     interrupted = False
     previous = _stop_on_sigterm() if args.group is not None else None
+    held = _HeldInterrupt.install()
     try:
         if args.group is not None:
             # Lost partitions (the session expired) are reported as revoked, as Kafka's listener does.
             consumer.subscribe([args.topic], on_assign=_report("Assigned"), on_revoke=_report("Revoked"))
         else:
             _assign(consumer, args)
-        _print_records(consumer, args, out, batch, total)
+        _print_records(held.client(consumer), args, out, batch, total)
     except KeyboardInterrupt:  # Ctrl-C: the summary, exit 130 as a shell expects, no traceback
         interrupted = True
     except _Failed as exc:
@@ -473,7 +474,8 @@ def run_consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the close short
-        consumer.close()
+        held.client(consumer).close()
+        interrupted = held.uninstall() or interrupted
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     print(f"Processed a total of {total[0]} messages", file=sys.stderr)
@@ -514,6 +516,74 @@ def _report(what: str) -> Callable[[Any, list[Any]], None]:
         print(f"{what}: {names}", file=sys.stderr, flush=True)
 
     return callback
+
+
+class _HeldInterrupt:
+    """Ctrl-C while confluent-kafka runs (``consume``, ``close``) is held until the call returns, then
+    raised as KeyboardInterrupt; elsewhere it is raised at once, as Python does.
+
+    Those calls run Python callbacks (rebalance listeners, the logger), and confluent-kafka 2.16 loses
+    a KeyboardInterrupt raised inside one: ``consume`` then raises "SystemError: ... returned NULL
+    without setting an exception" (a traceback and exit 1 instead of the summary and 130). A Ctrl-C
+    during the group's first assignment hit that. ``consume`` polls at most ``poll_s`` (0.2 s), so a
+    held Ctrl-C waits that long at most."""
+
+    def __init__(self) -> None:
+        self.installed = False
+        self.previous: Any = signal.SIG_DFL  # the SIGINT handler before install
+        self.in_client = False
+        self.held = False
+
+    @classmethod
+    def install(cls) -> _HeldInterrupt:
+        held = cls()
+        if threading.current_thread() is threading.main_thread():  # else: Python's own handling applies
+            held.previous = signal.signal(signal.SIGINT, held._on_sigint)
+            held.installed = True
+        return held
+
+    def uninstall(self) -> bool:
+        """Restore the handler; whether a Ctrl-C is still held (it came during ``close``)."""
+        if self.installed:
+            signal.signal(signal.SIGINT, self.previous)
+            self.installed = False
+        return self.held
+
+    def _on_sigint(self, _signum: int, _frame: Any) -> None:
+        if not self.in_client:
+            raise KeyboardInterrupt
+        self.held = True
+
+    def client(self, consumer: Any) -> _HeldConsumer:
+        return _HeldConsumer(self, consumer)
+
+
+class _HeldConsumer:
+    """A consumer whose ``consume`` and ``close`` hold Ctrl-C (``_HeldInterrupt``); the rest is the
+    consumer's own."""
+
+    def __init__(self, held: _HeldInterrupt, consumer: Any) -> None:
+        self._held, self._consumer = held, consumer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def consume(self, **kwargs: Any) -> list[Any]:
+        messages = self._call(self._consumer.consume, **kwargs)
+        if self._held.held:
+            self._held.held = False
+            raise KeyboardInterrupt
+        return messages
+
+    def close(self) -> None:
+        self._call(self._consumer.close)
+
+    def _call(self, method: Callable[..., Any], **kwargs: Any) -> Any:
+        self._held.in_client = True
+        try:
+            return method(**kwargs)
+        finally:
+            self._held.in_client = False
 
 
 def _stop_on_sigterm() -> Any:

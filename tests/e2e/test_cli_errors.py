@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from broker.group.metadata import OFFSETS_TOPIC
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
-from tests.integration.broker.broker_cluster import BrokerCluster, wait_for
+from tests.e2e.conftest import E2E_OVERRIDES
+from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
 from tests.kafka_call import kafka_call
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -120,6 +122,29 @@ def test_a_closed_stdout_ends_topics_describe_quietly(e2e_cluster: BrokerCluster
     assert process.returncode == 128 + signal.SIGPIPE
 
 
+def interrupt(process: subprocess.Popen[bytes]) -> float:
+    """Ctrl-C, then wait up to SAID_WITHIN_S for the process to end: the seconds it took. One that runs
+    on is killed, and what it said on stderr meanwhile is the diagnosis."""
+    interrupted = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    try:
+        wait_for(lambda: process.poll() is not None, SAID_WITHIN_S, "consume to stop on SIGINT")
+    except AssertionError:
+        process.kill()
+        said = process.stderr.read().decode() if process.stderr else ""
+        raise AssertionError(f"consume ran on {SAID_WITHIN_S} s after SIGINT; stderr:\n{said}") from None
+    return time.monotonic() - interrupted
+
+
+def reap(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` if it still runs, wait for it and close its pipes (even when a test failed)."""
+    process.kill()
+    process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
 def offsets_topic_ready(kafka_address: str) -> bool:
     """A FindCoordinator answered NONE: ``__consumer_offsets`` exists and has leaders."""
     request = m.FindCoordinatorRequest(key="cli-errors-warm-up")
@@ -149,26 +174,45 @@ def test_ctrl_c_in_consume_prints_the_summary_and_exits_130(e2e_cluster: BrokerC
         assert process.stdout is not None
         printed = [process.stdout.readline() for _ in range(3)]
         assert printed == [b"a\n", b"b\n", b"c\n"]
-        interrupted = time.monotonic()
-        process.send_signal(signal.SIGINT)
-        try:
-            wait_for(lambda: process.poll() is not None, SAID_WITHIN_S, "consume to stop on SIGINT")
-        except AssertionError:
-            process.kill()  # what it said while it did not stop is the diagnosis
-            said = process.stderr.read().decode() if process.stderr else ""
-            raise AssertionError(f"consume ran on {SAID_WITHIN_S} s after SIGINT; stderr:\n{said}") from None
-        assert time.monotonic() - interrupted < SAID_WITHIN_S
+        assert interrupt(process) < SAID_WITHIN_S
         err = process.stderr.read().decode() if process.stderr else ""
     finally:
         deadline.cancel()
-        process.kill()
-        process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        reap(process)
     assert process.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.splitlines()[-1] == "Processed a total of 3 messages"
+
+
+def test_ctrl_c_in_the_first_group_consume_of_a_new_cluster_exits_at_once(tmp_path: Path) -> None:
+    """On a brand-new cluster the console consumer's coordinator lookup starts the creation of
+    __consumer_offsets; FindCoordinator answers COORDINATOR_NOT_AVAILABLE at once meanwhile (Kafka's
+    rule) instead of holding the lookup, which librdkafka's close() waited for (over 10 s under load).
+    Ctrl-C once the creation has started (the topic is in the controllers' metadata) ends consume
+    with 130 within SAID_WITHIN_S, wherever it lands: in the lookup's retries, or in the group's first
+    assignment (its rebalance callback: confluent-kafka used to turn that Ctrl-C into a SystemError)."""
+    with running_cluster(tmp_path, brokers=1, **E2E_OVERRIDES) as fresh:
+        fresh.create_topic("first-group", partitions=1, rf=1)
+        assert OFFSETS_TOPIC not in topic_names(fresh)  # brand new: nothing has looked a group up
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pykraft.cli", "consume", "--bootstrap", fresh.cluster.kafka_bootstrap,
+             "--topic", "first-group", "--group", "g"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: OFFSETS_TOPIC in topic_names(fresh), PROCESS_TIMEOUT_S,
+                     "consume's coordinator lookup to start creating __consumer_offsets")  # fmt: skip
+            stopped_after_s = interrupt(process)
+            err = process.stderr.read().decode() if process.stderr else ""
+        finally:
+            reap(process)
+    assert process.returncode == 130, err
+    assert stopped_after_s < SAID_WITHIN_S
+    assert "Traceback" not in err, err
+
+
+def topic_names(cluster: BrokerCluster) -> set[str]:
+    return {t.name for t in cluster.admin.list_topics()}
 
 
 def test_minus_one_partitions_and_replication_factor_mean_the_cluster_default(

@@ -11,6 +11,7 @@ librdkafka's, max.poll.records is the batch size).
 from __future__ import annotations
 
 import io
+import signal
 
 import pytest
 
@@ -208,3 +209,45 @@ def test_admin_help_says_minus_one_is_the_cluster_default_and_any_node_answers()
     assert "-1 = the cluster default, num.partitions" in create["partitions"].help
     assert "-1 = the cluster default, default.replication.factor" in create["replication_factor"].help
     assert "any controller or broker" in create["bootstrap"].help
+
+
+class CallbackConsumer:
+    """Stands in for confluent_kafka.Consumer: ``consume`` and ``close`` run a Python callback, as a
+    rebalance listener or the logger runs inside them; the callback gets a Ctrl-C (a real SIGINT)."""
+
+    def __init__(self) -> None:
+        self.callbacks_finished = 0
+
+    def _callback(self) -> None:
+        signal.raise_signal(signal.SIGINT)  # to this thread: Python runs the handler before the next line
+        self.callbacks_finished += 1
+
+    def consume(self, num_messages: int, timeout: float) -> list:
+        self._callback()
+        return []
+
+    def close(self) -> None:
+        self._callback()
+
+
+@pytest.mark.parametrize("during", ["consume", "close"])
+def test_a_ctrl_c_inside_a_client_callback_is_held_until_the_call_returns(during: str) -> None:
+    """confluent-kafka loses a KeyboardInterrupt raised inside a callback (consume() then raises
+    SystemError): a Ctrl-C there lets the callback finish and is raised once consume() returns, or
+    reported by uninstall() after close(); outside those calls it is raised at once."""
+    consumer = CallbackConsumer()
+    held = cli_client._HeldInterrupt.install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # not inside the client: Python's behaviour
+        client = held.client(consumer)
+        if during == "consume":
+            with pytest.raises(KeyboardInterrupt):
+                client.consume(num_messages=1, timeout=0.2)
+        else:
+            client.close()
+    finally:
+        still_held = held.uninstall()
+    assert consumer.callbacks_finished == 1
+    assert still_held == (during == "close")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
