@@ -14,8 +14,10 @@ assigned here, moved away, a topic deleted or re-created) and never touches a di
   ``log_config(topic)`` builds the ``LogConfig`` from them, ``min_insync_replicas(topic)`` the one
   non-log setting the partition needs.
 - Periodic duties, each called by the broker's timers: ``write_checkpoints`` (HW, log start offset,
-  recovery point), ``maybe_flush`` (flush.ms), ``delete_old_segments`` (retention) and
-  ``maybe_expire_producers`` (KIP-854, at most ten times per expiration period).
+  recovery point, on the caller's thread: the simulation's timer; the broker writes them in a
+  worker thread instead, ``broker.checkpoint_writer``), ``maybe_flush`` (flush.ms),
+  ``delete_old_segments`` (retention) and ``maybe_expire_producers`` (KIP-854, at most ten times per
+  expiration period).
 
 Time comes from the injected ``clock_ms`` (wall-clock milliseconds: segment.ms, retention.ms,
 flush.ms and producer expiry are wall-clock rules, persisted in files); the simulation passes its
@@ -23,7 +25,10 @@ virtual clock so that a seed replays exactly.
 
 Invariant: every log's directory is ``data_dir / f"{topic}-{partition}"``.
 Thread-safety: none; the broker's event loop owns it (the log cleaner's worker thread only cleans
-segment copies, see ``broker.log_cleaner``).
+segment copies, see ``broker.log_cleaner``; the checkpoint writer's only writes snapshots taken on the
+loop, see ``storage.log_checkpoints``). ``remove_log`` closes a log before renaming its directory:
+the close waits for a checkpoint write in flight and stops any later one, so none lands in a
+re-created topic's directory of the same name.
 """
 
 from __future__ import annotations

@@ -120,7 +120,8 @@ TIMESTAMP = ``log.offset_for_timestamp`` limited to offsets below the HW.
 
 Durability and shutdown
 -----------------------
-Every few seconds and at shutdown: ``log.write_checkpoints()`` (HW, log start, recovery point). The
+Every few seconds (in a worker thread, ``broker.checkpoint_writer``) and at shutdown (``close``, on
+the loop): the log's HW, log start and recovery point checkpoints. The
 HW read back at startup is capped at the LEO by the log; ``become_leader`` keeps the larger of it and
 what the partition knew. Controlled shutdown: ask the controller, wait until no partition is led
 here, stop fetchers, close logs.

@@ -20,7 +20,8 @@ Startup, in order:
    STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED makes the broker register again.
 
 Timers: the ISR check every ``replica.lag.time.max.ms / 2``, HW checkpoints every
-``replica.high.watermark.checkpoint.interval.ms``, retention every ``log.retention.check.interval.ms``,
+``replica.high.watermark.checkpoint.interval.ms`` (written in a worker thread:
+``broker.checkpoint_writer``), retention every ``log.retention.check.interval.ms``,
 compaction every ``log.cleaner.backoff.ms`` (``broker.log_cleaner``),
 flush.ms checks every ``log.flush.scheduler.interval.ms``, and one wake-up at the earliest purgatory
 deadline.
@@ -56,6 +57,7 @@ from typing import Any
 import grpc
 
 from broker.admin_forwarder import AdminForwarder
+from broker.checkpoint_writer import CheckpointWriter
 from broker.config import GRPC_LISTENER, BrokerConfig, BrokerConfigError, KafkaListenerSpec, config_from
 from broker.fetcher import FetcherConfig
 from broker.fetcher_driver import FetcherManager
@@ -216,6 +218,7 @@ class BrokerNode:
             producer_id_expiration_ms=settings.producer_id_expiration_ms,
         )
         self.fetchers.manager = self.manager
+        self.checkpoints = CheckpointWriter(lambda: self.manager.logs)
         self.metrics = BrokerMetrics(self.manager)
         self.groups = GroupDriver(
             self.manager, group_config_from(settings), monotonic_ms, settings.offsets_commit_timeout_ms
@@ -333,7 +336,9 @@ class BrokerNode:
             asyncio.create_task(
                 self._every(settings.replica_lag_time_max_ms / 2000, self._shrink_isr), name="isr"
             ),
-            asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
+            asyncio.create_task(
+                self.checkpoints.run(settings.high_watermark_checkpoint_interval_ms), name="checkpoint"
+            ),
             asyncio.create_task(
                 self._every(
                     settings.log_retention_check_interval_ms / 1000, self.manager.delete_old_segments
@@ -433,6 +438,7 @@ class BrokerNode:
         await self.groups.stop()
         await self.group_lag.stop()
         await self.fetchers.stop()
+        self.checkpoints.stop()  # its last write done, its thread gone: the logs' close writes the final ones
         self.manager.close()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
@@ -632,17 +638,6 @@ class BrokerNode:
         following = self.manager.next_deadline_ms()
         if following is not None:
             self._wake_at(following)
-
-    async def _checkpoint_loop(self) -> None:
-        """HW checkpoints, one log at a time: each may fsync, and heartbeats must not wait for all."""
-        interval_s = self.config.settings.high_watermark_checkpoint_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            for tp in list(self.manager.logs):
-                plog = self.manager.logs.get(tp)
-                if plog is not None:
-                    plog.write_checkpoints()
-                await asyncio.sleep(0)
 
     @staticmethod
     async def _every(interval_s: float, action: Callable[[], None]) -> None:

@@ -25,7 +25,10 @@ appends (a batch may start past the LEO) accept, as in Kafka. Retention by time 
 only when the policy contains ``delete``.
 
 Thread-safety: none. One owner (the broker's partition driver) calls every method; no threads inside
-(``cleaner.clean`` runs in another thread on a plan's own descriptors and never touches the Log).
+(``cleaner.clean`` runs in another thread on a plan's own descriptors and never touches the Log). The
+one exception: a ``CheckpointSnapshot`` from ``checkpoint_snapshot()`` (taken by the owner) may be
+written in another thread; ``storage.log_checkpoints`` serializes it with the Log's own checkpoint
+writes and drops it once superseded or once the Log is closed.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from storage.clock import wall_clock_ms  # re-exported for the callers that impo
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.file_slice import FileSlice
+from storage.log_checkpoints import CheckpointSnapshot, LogCheckpoints
 from storage.log_validator import UnexpectedAppendOffsetError
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from storage.record_batch import decode_batch
@@ -114,6 +118,8 @@ class Log:
     - ``plan_cleaning(now_ms) -> CleaningPlan | None`` and ``finish_cleaning(result) -> bool``
       (compaction; see the module docstring), ``abort_cleaning(plan)``.
     - ``flush()``, ``maybe_flush()`` (flush.ms), ``write_checkpoints()``, ``close()``, ``invariants()``.
+    - ``checkpoint_snapshot() -> CheckpointSnapshot | None``: the checkpoint offsets to write in
+      another thread (``snapshot.write()``), instead of ``write_checkpoints()`` here.
     - Properties: ``log_end_offset``, ``log_start_offset``, ``high_watermark``, ``recovery_point``,
       ``size_bytes``, ``segment_base_offsets``, ``leader_epoch_cache``, ``latest_epoch``.
 
@@ -134,7 +140,7 @@ class Log:
         self.config = config or LogConfig()
         self._clock_ms = clock_ms
         self._log_append_time = self.config.message_timestamp_type == LOG_APPEND_TIME
-        self._checkpoints = log_loader.Checkpoints(self.directory)
+        self._checkpoints = LogCheckpoints(self.directory)
         loaded = log_loader.load_log(self.directory, self.config, self._checkpoints, clock_ms())
         self.load_result = loaded
         self._segments: list[LogSegment] = loaded.segments
@@ -154,7 +160,6 @@ class Log:
             raise
         self._unflushed_records = 0
         self._last_flush_ms = clock_ms()
-        self._written: dict[str, int] = {}
         if loaded.high_watermark is not None and loaded.high_watermark > self._high_watermark:
             # Capped at a shorter recovered log (a power loss took its tail): persist the capped HW
             # now, or the records appended before the next checkpoint would come back as committed
@@ -551,15 +556,24 @@ class Log:
         self._last_flush_ms = self._clock_ms()
 
     def write_checkpoints(self) -> None:
-        """Persist HW, log start offset and recovery point (the broker calls this periodically)."""
+        """Persist HW, log start offset and recovery point now, on this thread (close, truncation;
+        the simulation's checkpoint timer). The broker's timer uses ``checkpoint_snapshot``."""
         self._write_if_changed("high_watermark", self._high_watermark)
         self._write_if_changed("log_start_offset", self._log_start_offset)
         self._write_if_changed("recovery_point", self._recovery_point)
 
+    def checkpoint_snapshot(self) -> CheckpointSnapshot | None:
+        """The HW, log start offset and recovery point that differ from their files, taken now, for
+        ``snapshot.write()`` in a worker thread (``storage.log_checkpoints``: a later synchronous write
+        or ``close()`` supersedes it); None when the files are current or the log is closed."""
+        return self._checkpoints.snapshot({
+            "high_watermark": self._high_watermark,
+            "log_start_offset": self._log_start_offset,
+            "recovery_point": self._recovery_point,
+        })  # fmt: skip
+
     def _write_if_changed(self, name: str, offset: int) -> None:
-        if self._written.get(name) != offset:
-            getattr(self._checkpoints, name).write(offset)
-            self._written[name] = offset
+        self._checkpoints.write_if_changed(name, offset)
 
     # ------------------------------------------------------------------------- retention, truncation
 
@@ -779,6 +793,7 @@ class Log:
             segment.flush(fsync=True)
         self._recovery_point = self.log_end_offset
         self.write_checkpoints()
+        self._checkpoints.close()  # a snapshot still in flight in a worker now writes nothing
         log_loader.write_clean_shutdown_marker(self.directory)
         for segment in [*self._segments, *self._retired]:
             segment.close()
