@@ -77,8 +77,8 @@ class CheckpointWriter:
                       reason=f"log removed: {exc}")  # fmt: skip
             return
         self.failures += 1
-        log_event(log, logging.ERROR, "checkpoint_write_failed", topic=tp[0], partition=tp[1],
-                  directory=str(plog.directory), error=exc, action="retrying at the next round")  # fmt: skip
+        log_event(log, logging.ERROR, "checkpoint_write_failed", exc_info=exc, topic=tp[0], partition=tp[1],
+                  directory=str(plog.directory), action="retrying at the next round")  # fmt: skip
 
     def stop(self) -> None:
         """Wait for the write in flight (at most one log's files) and end the worker thread. Called
