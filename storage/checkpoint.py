@@ -15,7 +15,8 @@ fsynced, so after a crash a reader sees either the old or the new file, never a 
 A file that exists but cannot be parsed means the disk lied to us: reading it raises
 ``KafkaStorageError`` naming the file and the line, never a bare ValueError.
 
-Thread-safety: none; one owner per file.
+Thread-safety: none; one writer per file at a time (a log's offset checkpoints, written from the
+broker's checkpoint thread and the Log's owner, are serialized by ``storage.log_checkpoints``).
 """
 
 from __future__ import annotations
