@@ -48,6 +48,7 @@ class RaftCluster:
     size: int
     snapshot_every: int = 10_000
     observers: int = 0  # node ids size+1 .. size+observers
+    election_timeout_ms: int = ELECTION_TIMEOUT_MS
     last_leader: int = 0
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
@@ -87,7 +88,8 @@ class RaftCluster:
             sys.executable, "-m", "raft.server", "--node-id", str(node), "--listen", self.address(node),
             "--voters", self.voters, "--observers", self.observer_list,
             "--data-dir", str(self.tmp / f"node{node}"),
-            "--election-timeout-ms", str(ELECTION_TIMEOUT_MS), "--heartbeat-interval-ms", str(HEARTBEAT_MS),
+            "--election-timeout-ms", str(self.election_timeout_ms),
+            "--heartbeat-interval-ms", str(HEARTBEAT_MS),
             "--rpc-timeout-ms", "1000", "--snapshot-every-entries", str(self.snapshot_every),
             "--enable-fault-injection", "--log-level", "INFO",
         ]  # fmt: skip
