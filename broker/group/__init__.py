@@ -7,9 +7,13 @@ Modules, from the wire inwards:
   group's offsets partition);
 - ``driver``: the asyncio driver (``GroupDriver``): request ids and futures, appends through the
   replica manager, the timer, loading an offsets partition's log on leadership;
-- ``coordinator``: ``GroupCoordinator``, the protocol as a sans-I/O core (JoinGroup, SyncGroup,
-  Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
-  OffsetDelete, timers); it holds a ``GroupMetadataManager``;
+- ``coordinator``: ``GroupCoordinator``, the protocol's sans-I/O core as the driver sees it (every
+  request, the timers, leadership of offsets partitions, OffsetCommit); it holds a
+  ``GroupMetadataManager`` and passes each request to the module below that owns it;
+- ``join_group``: JoinGroup (member ids, KIP-394, static members' takeover, KIP-345/KIP-814);
+- ``membership``: SyncGroup, Heartbeat, LeaveGroup and the member fencing checks;
+- ``rebalance``: a group's rebalance state machine (join and sync phases, generations, the
+  assignment's propagation, member removal) and its timers;
 - ``admin``: the requests outside the rebalance protocol (OffsetFetch, ListGroups, DescribeGroups,
   DeleteGroups, OffsetDelete) and ``validate_group_status``, as functions over the manager (sans-I/O);
 - ``metadata_manager``: ``GroupMetadataManager``, the groups of the offsets partitions led here, their
@@ -19,6 +23,7 @@ Modules, from the wire inwards:
 - ``record_serde``: those records as bytes, in Kafka's own format;
 - ``lag``: the high watermarks of partitions hosted elsewhere, for the consumer-lag gauges.
 
-The sans-I/O modules (``coordinator``, ``admin``, ``metadata_manager``, ``metadata``, ``requests``,
-``record_serde``) import no asyncio, socket, time or os; tests/unit/test_layering.py checks it.
+The sans-I/O modules (``coordinator``, ``join_group``, ``membership``, ``rebalance``, ``admin``,
+``metadata_manager``, ``metadata``, ``requests``, ``record_serde``) import no asyncio, socket, time
+or os; tests/unit/test_layering.py checks it.
 """

@@ -2,8 +2,9 @@
 OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete (KIP-496), and Kafka's
 ``validateGroupStatus`` that every group request passes first (is the group's offsets partition led
 and loaded here). ``broker.group.coordinator.GroupCoordinator`` answers these requests by calling
-them with its ``group_manager``; the rebalance protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit's member checks, timers) stays there.
+them with its ``group_manager``; the rebalance protocol is ``broker.group.join_group`` (JoinGroup),
+``broker.group.membership`` (SyncGroup, Heartbeat, LeaveGroup, the member checks OffsetCommit shares)
+and ``broker.group.rebalance`` (the group's state machine and timers).
 
 No I/O, no clock, no threads.
 """

@@ -13,8 +13,9 @@ Invariants (``GroupMetadata.invariants``): the leader is a member (or there is n
 no members); every static member maps to a member with that instance id; a group in Empty has no
 members; ``generation_id`` only rises.
 
-The coordinator (``broker.group.coordinator``) owns every mutation; this module only holds data and
-small pure helpers. No I/O, no clock: deadlines are plain ``*_ms`` numbers set by the coordinator.
+The coordinator (``broker.group.coordinator`` and the protocol modules it calls: ``join_group``,
+``membership``, ``rebalance``, ``admin``) owns every mutation; this module only holds data and small
+pure helpers. No I/O, no clock: deadlines are plain ``*_ms`` numbers set by the coordinator.
 """
 
 from __future__ import annotations
