@@ -9,8 +9,10 @@ out through two callbacks: ``FetcherControl`` (start / stop following a partitio
 ``send_alter_partition(topic_id, proposal)``; parked operations are answered through the callback
 given when they were parked; ``on_deadline`` asks the driver for a wake-up at the earliest purgatory
 deadline (the only timer: there is no polling loop). Its request and answer values are in
-``broker.replica_requests``; a fetch's size accounting in ``broker.fetch_budget``; the KIP-110 codec
-rules in ``broker.codec_rules``.
+``broker.replica_requests``; serving Fetch (reading for consumers and followers, parking long polls)
+in ``broker.fetch_reader.FetchReader``, which it owns and whose ``fetch_for_consumer`` and
+``fetch_for_follower`` it exposes as its own; a fetch's size accounting in ``broker.fetch_budget``;
+the KIP-110 codec rules in ``broker.codec_rules``.
 
 The plan below fixes the order of effects; each step names the core call that decides and the
 driver call that acts.
@@ -70,8 +72,8 @@ ProduceWait(last offset + 1, leader_epoch)}, check, answer))`` with ``check =
 partition.check_enough_replicas_reach_offset``; ``answer`` calls the handler's callback when the
 operation completes or expires.
 
-Follower fetch (a Kafka Fetch with a replica id, on the leader)
----------------------------------------------------------------
+Follower fetch (a Kafka Fetch with a replica id, on the leader; ``broker.fetch_reader``)
+--------------------------------------------------------------------------------------
 Refuse a ``broker_epoch`` older than the image's registration of ``replica_id`` (STALE_BROKER_EPOCH),
 checked again when a parked fetch completes. The partition records the fetch's broker epoch; it
 proposes an ISR expansion only for an eligible follower (``Partition.isr_ineligibility``: per the
@@ -110,8 +112,8 @@ answer goes to ``partition.handle_alter_partition_response(proposal, error, lead
 partition_epoch, isr)``; an old HW returned means the HW moved: update the log and wake purgatories.
 Transport errors are retried with backoff; the proposal stays pending meanwhile (no second one).
 
-Consumer fetch and ListOffsets
-------------------------------
+Consumer fetch (``broker.fetch_reader``) and ListOffsets
+--------------------------------------------------------
 ``partition.handle_consumer_fetch(fetch_offset, current_leader_epoch, last_fetched_epoch,
 log.leader_epoch_cache.entries)``; read ``log.read(fetch_offset, partition_max_bytes,
 max_offset=result.max_offset)`` so nothing at or above the HW is returned; long-poll as above, woken
@@ -134,11 +136,10 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from broker.codec_rules import check_codecs, without_zstd
-from broker.delayed_fetch import DelayedFetch, FetchReadiness
+from broker.codec_rules import check_codecs
 from broker.delayed_produce import DelayedProduce, ProduceOutcome, ProduceWait
 from broker.divergence import EpochEndOffset
-from broker.fetch_budget import FetchBudget, available_bytes
+from broker.fetch_reader import FetchReader
 from broker.fetcher import (
     AppendRecords,
     BackedOff,
@@ -159,10 +160,7 @@ from broker.partition import (
 )
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replica_requests import (
-    FetchCallback,
     FetcherControl,
-    FetchRequestPartition,
-    FetchResult,
     ListOffsetResult,
     ProduceCallback,
     ProduceRequestPartition,
@@ -222,6 +220,18 @@ class ReplicaManager:
         self.produces: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory()
         self.follower_fetches: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory()
         self.consumer_fetches: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory()
+        # Serves Fetch (consumers and followers) over the partitions, logs and fetch purgatories above.
+        self.fetch_reader = FetchReader(
+            partitions=self.partitions, logs=self.logs, topic_ids=self.topic_ids,
+            follower_fetches=self.follower_fetches, consumer_fetches=self.consumer_fetches,
+            check_hosted=self._check_hosted, leader_of=self._leader_of,
+            registered_broker=self._registered_broker, high_watermark_moved=self._high_watermark_moved,
+            send_alter_partition=send_alter_partition, on_deadline=on_deadline,
+        )  # fmt: skip
+        # The Fetch entry points are the reader's own bound methods, same signatures (no delegating frame
+        # on the hot path): handlers, the simulation and tests call ``manager.fetch_for_consumer``.
+        self.fetch_for_consumer = self.fetch_reader.fetch_for_consumer
+        self.fetch_for_follower = self.fetch_reader.fetch_for_follower
         # Called with (tp, is_leader, leader_epoch) on every new role of a hosted partition, and
         # (tp, False, NO_EPOCH) when it stops; the group coordinator loads/unloads __consumer_offsets.
         self.role_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
@@ -351,18 +361,6 @@ class ReplicaManager:
             message = f"{tp[0]}-{tp[1]}: no longer hosted here"
             return ProduceCheck(True, ErrorCode.NOT_LEADER_OR_FOLLOWER, message)
         return partition.check_enough_replicas_reach_offset(required_offset, leader_epoch)
-
-    def _consumer_readiness(self, tp: TopicPartition, fetch_offset: int) -> FetchReadiness:
-        partition = self.partitions.get(tp)
-        if partition is None or partition.role is not Role.LEADER:
-            return FetchReadiness(0, complete_now=True)
-        return FetchReadiness(available_bytes(fetch_offset, partition.high_watermark))
-
-    def _follower_readiness(self, tp: TopicPartition, fetch_offset: int) -> FetchReadiness:
-        partition = self.partitions.get(tp)
-        if partition is None or partition.role is not Role.LEADER:
-            return FetchReadiness(0, complete_now=True)
-        return FetchReadiness(available_bytes(fetch_offset, partition.log_end_offset))
 
     def _answer_produce(
         self,
@@ -525,80 +523,6 @@ class ReplicaManager:
 
     # ---- consumer fetch and ListOffsets ---------------------------------------------------------
 
-    def fetch_for_consumer(
-        self,
-        items: list[FetchRequestPartition],
-        max_bytes: int,
-        min_bytes: int,
-        max_wait_ms: int,
-        now_ms: int,
-        callback: FetchCallback,
-        *,
-        zstd_allowed: bool = True,
-        file_slices: bool = False,
-    ) -> None:
-        """Read ``[fetch_offset, HW)`` per partition; park until ``min_bytes`` or ``max_wait_ms``.
-        ``zstd_allowed`` is False for a Fetch below v10 (KIP-110). ``file_slices``: records as
-        ``FileSlice``s (for sendfile), except below v10 where the zstd check reads them."""
-
-        def read() -> dict[TopicPartition, FetchResult]:
-            budget = FetchBudget(max_bytes, file_slices and zstd_allowed)
-            results = {item.tp: self._consumer_read(item, budget) for item in items}
-            if not zstd_allowed:
-                results = {tp: without_zstd(tp, r) for tp, r in results.items()}
-            return results
-
-        self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.consumer_fetches,
-                    self._consumer_readiness)  # fmt: skip
-
-    def _fetch(
-        self,
-        items: list[FetchRequestPartition],
-        min_bytes: int,
-        max_wait_ms: int,
-        now_ms: int,
-        callback: FetchCallback,
-        read: Callable[[], dict[TopicPartition, FetchResult]],
-        purgatory: DelayedOperationPurgatory[TopicPartition],
-        readiness: Callable[[TopicPartition, int], FetchReadiness],
-    ) -> None:
-        """Answer now when ``min_bytes`` are there, a partition must answer at once, or no wait is
-        allowed; else park in ``purgatory`` and read again when it completes (woken or expired)."""
-        results = read()
-        size = sum(len(r.records) for r in results.values())
-        if max_wait_ms <= 0 or size >= min_bytes or any(r.answers_now for r in results.values()):
-            callback(results)
-            return
-        offsets = {item.tp: item.fetch_offset for item in items}
-        operation = DelayedFetch(
-            now_ms + max_wait_ms, min_bytes, offsets, readiness,  # type: ignore[arg-type]
-            lambda: callback(read()),
-        )  # fmt: skip
-        if not purgatory.try_complete_else_watch(operation):
-            self.on_deadline(now_ms + max_wait_ms)
-
-    def _consumer_read(self, item: FetchRequestPartition, budget: FetchBudget) -> FetchResult:
-        tp = item.tp
-        error = self._check_hosted(tp)
-        if error is not None:
-            return FetchResult(error.code, error.message, leader_id=self._leader_of(tp)[0])
-        partition, plog = self.partitions[tp], self.logs[tp]
-        result = partition.handle_consumer_fetch(
-            item.fetch_offset, item.current_leader_epoch, item.last_fetched_epoch,
-            plog.leader_epoch_cache.entries,
-        )  # fmt: skip
-        base = {
-            "high_watermark": result.high_watermark, "log_start_offset": result.log_start_offset,
-            "log_end_offset": partition.log_end_offset, "leader_id": partition.leader_id,
-            "leader_epoch": partition.leader_epoch,
-        }  # fmt: skip
-        if result.error is not None:
-            return FetchResult(result.error.code, result.error.message, **base)
-        if result.diverging_epoch is not None:
-            return FetchResult(ErrorCode.NONE, diverging_epoch=result.diverging_epoch, **base)
-        records = budget.read(plog, item.fetch_offset, item.max_bytes, max_offset=result.max_offset)
-        return FetchResult(ErrorCode.NONE, records=records, **base)
-
     def list_offset(
         self, tp: TopicPartition, spec: str, timestamp_ms: int, current_leader_epoch: int | None
     ) -> ListOffsetResult:
@@ -690,95 +614,6 @@ class ReplicaManager:
         return NO_EPOCH if epoch is None else epoch
 
     # ---- follower fetch, on the leader -----------------------------------------------------------
-
-    def fetch_for_follower(
-        self,
-        replica_id: int,
-        broker_epoch: int,
-        items: list[FetchRequestPartition],
-        max_bytes: int,
-        min_bytes: int,
-        max_wait_ms: int,
-        now_ms: int,
-        callback: FetchCallback,
-        clock_ms: Callable[[], int],
-        *,
-        file_slices: bool = False,
-    ) -> None:
-        """Record each follower's LEO (HW and ISR follow), answer records up to the LEO or a diverging
-        epoch; park until some partition has ``min_bytes`` or ``max_wait_ms`` passed. ``file_slices``:
-        records as ``FileSlice``s (a Kafka-protocol answer sends them with sendfile).
-
-        The broker epoch is checked at every read, parked or not: a fetch parked before the image
-        showed the follower's new incarnation must not record the old incarnation's LEO (KIP-903)."""
-
-        def read() -> dict[TopicPartition, FetchResult]:
-            budget = FetchBudget(max_bytes, file_slices)
-            now = clock_ms()
-            stale = self._stale_broker_epoch(replica_id, broker_epoch)
-            if stale is not None:
-                return {item.tp: FetchResult(stale.code, stale.message) for item in items}
-            return {
-                item.tp: self._follower_read(replica_id, broker_epoch, item, budget, now) for item in items
-            }
-
-        self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.follower_fetches,
-                    self._follower_readiness)  # fmt: skip
-
-    def _stale_broker_epoch(self, replica_id: int, broker_epoch: int) -> PartitionError | None:
-        broker = self.image.brokers.get(replica_id)
-        # NO_EPOCH: a Fetch below v15 carries no broker epoch (KIP-903), so there is nothing to check
-        if broker is not None and broker_epoch != NO_EPOCH and broker_epoch < broker.broker_epoch:
-            return PartitionError(
-                ErrorCode.STALE_BROKER_EPOCH,
-                f"broker {replica_id} fetched with broker epoch {broker_epoch}, older than the registered "
-                f"{broker.broker_epoch}: a previous incarnation is still running",
-            )
-        return None
-
-    def _follower_read(
-        self,
-        replica_id: int,
-        broker_epoch: int,
-        item: FetchRequestPartition,
-        budget: FetchBudget,
-        now_ms: int,
-    ) -> FetchResult:
-        tp = item.tp
-        error = self._check_hosted(tp)
-        if error is not None:
-            return FetchResult(error.code, error.message, leader_id=self._leader_of(tp)[0])
-        if item.topic_id and item.topic_id != self.topic_ids.get(tp[0]):
-            # KIP-516: a follower still replicating a deleted incarnation of a re-created topic must not
-            # count toward the new one's HW (its LEO is of another log); it backs off until its
-            # metadata catches up, then truncates to the new incarnation.
-            return FetchResult(
-                ErrorCode.INCONSISTENT_TOPIC_ID,
-                f"{tp[0]}: the follower fetched topic id {item.topic_id}, this leader hosts "
-                f"{self.topic_ids.get(tp[0])}; the topic was re-created (retry after a metadata update)",
-                leader_id=self._leader_of(tp)[0],
-            )
-        partition, plog = self.partitions[tp], self.logs[tp]
-        result = partition.handle_follower_fetch(
-            replica_id, item.fetch_offset, item.last_fetched_epoch,
-            item.current_leader_epoch if item.current_leader_epoch is not None else partition.leader_epoch,
-            plog.leader_epoch_cache.entries, now_ms, broker_epoch,
-        )  # fmt: skip
-        if result.high_watermark_advanced_from is not None:
-            self._high_watermark_moved(tp)
-        if result.isr_proposal is not None:
-            self.send_alter_partition(self.topic_ids[tp[0]], result.isr_proposal)
-        base = {
-            "high_watermark": partition.high_watermark, "log_start_offset": result.log_start_offset,
-            "log_end_offset": result.log_end_offset, "leader_id": partition.leader_id,
-            "leader_epoch": partition.leader_epoch,
-        }  # fmt: skip
-        if result.error is not None:
-            return FetchResult(result.error.code, result.error.message, **base)
-        if result.diverging_epoch is not None:
-            return FetchResult(ErrorCode.NONE, diverging_epoch=result.diverging_epoch, **base)
-        records = budget.read(plog, item.fetch_offset, item.max_bytes)
-        return FetchResult(ErrorCode.NONE, records=records, **base)
 
     def offsets_for_leader_epoch(
         self, tp: TopicPartition, current_leader_epoch: int | None, leader_epoch: int

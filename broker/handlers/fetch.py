@@ -28,7 +28,7 @@ from broker.handlers.context import BrokerServices, Later, RequestContext
 from broker.handlers.metadata import current_leader, live_brokers
 from broker.handlers.replica_fetch import handle_replica_fetch, replica_of
 from broker.handlers.topic_ids import topic_id_of
-from broker.replica_manager import FetchRequestPartition, FetchResult
+from broker.replica_requests import FetchRequestPartition, FetchResult
 from metadata.image import MetadataImage
 from proto.errors import ErrorCode
 from proto.kafka import messages as m

@@ -25,7 +25,7 @@ import functools
 from broker import latency_trace
 from broker.fetch_session import PartitionFetchRequest, SentPartitionState, SessionContext
 from broker.handlers.context import BrokerServices, Later, RequestContext, topic_id_of, uuid_of
-from broker.replica_manager import FetchRequestPartition, FetchResult
+from broker.replica_requests import FetchRequestPartition, FetchResult
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka_types import NO_OFFSET, TopicPartition

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from broker.fetcher import AppendRecords, FetchAction, TruncateFullyAndStartAt, TruncateTo
 from broker.partition import Partition, Role
-from broker.replica_manager import FetchResult
+from broker.replica_requests import FetchResult
 from metadata.image import PartitionRegistration
 from proto.errors import ErrorCode
 from proto.kafka_types import NO_LEADER

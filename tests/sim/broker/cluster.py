@@ -42,12 +42,11 @@ from broker.fetcher import (
 )
 from broker.partition import ACKS_ALL, ACKS_LEADER, AlterPartitionProposal
 from broker.replica_manager import (
-    FetchRequestPartition,
-    FetchResult,
     ProduceRequestPartition,
     ProduceResult,
     ReplicaManager,
 )
+from broker.replica_requests import FetchRequestPartition, FetchResult
 from metadata.api import (
     AlterableConfig,
     AlterConfigsResource,

@@ -16,11 +16,10 @@ import pytest
 
 from broker.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
 from broker.replica_manager import (
-    FetchRequestPartition,
-    FetchResult,
     ProduceRequestPartition,
     ReplicaManager,
 )
+from broker.replica_requests import FetchRequestPartition, FetchResult
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from proto.errors import ErrorCode

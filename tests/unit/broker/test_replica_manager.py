@@ -17,10 +17,10 @@ import pytest
 
 from broker.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
 from broker.replica_manager import (
-    FetchRequestPartition,
     ProduceRequestPartition,
     ReplicaManager,
 )
+from broker.replica_requests import FetchRequestPartition
 from metadata.image import MetadataImage
 from metadata.records import (
     BrokerRegistrationChangeRecord,
