@@ -11,8 +11,9 @@ given when they were parked; ``on_deadline`` asks the driver for a wake-up at th
 deadline (the only timer: there is no polling loop). Its request and answer values are in
 ``broker.replica_requests``; serving Fetch (reading for consumers and followers, parking long polls)
 in ``broker.fetch_reader.FetchReader``, which it owns and whose ``fetch_for_consumer`` and
-``fetch_for_follower`` it exposes as its own; a fetch's size accounting in ``broker.fetch_budget``;
-the KIP-110 codec rules in ``broker.codec_rules``.
+``fetch_for_follower`` it exposes as its own; ListOffsets, OffsetsForLeaderEpoch and DescribeProducers
+in ``broker.offset_lookup.OffsetLookup``, exposed the same way; a fetch's size accounting in
+``broker.fetch_budget``; the KIP-110 codec rules in ``broker.codec_rules``.
 
 The plan below fixes the order of effects; each step names the core call that decides and the
 driver call that acts.
@@ -112,8 +113,8 @@ answer goes to ``partition.handle_alter_partition_response(proposal, error, lead
 partition_epoch, isr)``; an old HW returned means the HW moved: update the log and wake purgatories.
 Transport errors are retried with backoff; the proposal stays pending meanwhile (no second one).
 
-Consumer fetch (``broker.fetch_reader``) and ListOffsets
---------------------------------------------------------
+Consumer fetch (``broker.fetch_reader``) and ListOffsets (``broker.offset_lookup``)
+-----------------------------------------------------------------------------------
 ``partition.handle_consumer_fetch(fetch_offset, current_leader_epoch, last_fetched_epoch,
 log.leader_epoch_cache.entries)``; read ``log.read(fetch_offset, partition_max_bytes,
 max_offset=result.max_offset)`` so nothing at or above the HW is returned; long-poll as above, woken
@@ -138,7 +139,6 @@ from pathlib import Path
 
 from broker.codec_rules import check_codecs
 from broker.delayed_produce import DelayedProduce, ProduceOutcome, ProduceWait
-from broker.divergence import EpochEndOffset
 from broker.fetch_reader import FetchReader
 from broker.fetcher import (
     AppendRecords,
@@ -150,6 +150,7 @@ from broker.fetcher import (
     TruncateTo,
 )
 from broker.log_manager import LogManager
+from broker.offset_lookup import OffsetLookup
 from broker.partition import (
     ACKS_ALL,
     AlterPartitionProposal,
@@ -173,7 +174,7 @@ from proto.kafka_types import NO_EPOCH, NO_LEADER, NO_OFFSET, NO_TIMESTAMP, Topi
 from proto.logfmt import log_event
 from storage.log import Log
 from storage.log_validator import AppendOrigin
-from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, Reject
 from storage.producer_state_log import producer_batch
 
 log = logging.getLogger(__name__)
@@ -232,6 +233,13 @@ class ReplicaManager:
         # on the hot path): handlers, the simulation and tests call ``manager.fetch_for_consumer``.
         self.fetch_for_consumer = self.fetch_reader.fetch_for_consumer
         self.fetch_for_follower = self.fetch_reader.fetch_for_follower
+        # ListOffsets, OffsetsForLeaderEpoch and DescribeProducers, likewise the lookup's bound methods.
+        self.offset_lookup = OffsetLookup(
+            partitions=self.partitions, logs=self.logs, check_hosted=self._check_hosted
+        )
+        self.list_offset = self.offset_lookup.list_offset
+        self.offsets_for_leader_epoch = self.offset_lookup.offsets_for_leader_epoch
+        self.producer_entries = self.offset_lookup.producer_entries
         # Called with (tp, is_leader, leader_epoch) on every new role of a hosted partition, and
         # (tp, False, NO_EPOCH) when it stops; the group coordinator loads/unloads __consumer_offsets.
         self.role_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
@@ -521,49 +529,7 @@ class ReplicaManager:
             )
         return None
 
-    # ---- consumer fetch and ListOffsets ---------------------------------------------------------
-
-    def list_offset(
-        self, tp: TopicPartition, spec: str, timestamp_ms: int, current_leader_epoch: int | None
-    ) -> ListOffsetResult:
-        """EARLIEST = log start offset, LATEST = HW, TIMESTAMP = the time index, MAX_TIMESTAMP = the
-        batch with the largest timestamp (both below the HW).
-
-        A new leader whose HW is still below its epoch's start offset (its followers have not
-        fetched in the new epoch yet) does not know the committed end: LATEST, and a timestamp lookup
-        that finds nothing below the HW, answer OFFSET_NOT_AVAILABLE, retriable (Kafka's
-        ``Partition.fetchOffsetForTimestamp``) — the old HW would make a consumer skip or re-read."""
-        error = self._check_hosted(tp)
-        partition = self.partitions.get(tp)
-        if error is None and partition is not None:
-            error = partition.check_leader(current_leader_epoch)
-        if error is not None or partition is None:
-            assert error is not None
-            return ListOffsetResult(error.code, error.message)
-        plog = self.logs[tp]
-        if spec == "EARLIEST":
-            offset = plog.log_start_offset
-            return ListOffsetResult(ErrorCode.NONE, offset=offset, leader_epoch=self._epoch_at(plog, offset))
-        lagging = _high_watermark_lagging(tp, partition)
-        if spec == "LATEST":
-            if lagging is not None:
-                return lagging
-            return ListOffsetResult(
-                ErrorCode.NONE, offset=partition.high_watermark, leader_epoch=partition.leader_epoch
-            )
-        if spec == "MAX_TIMESTAMP":  # KIP-734, limited to the HW like every timestamp lookup
-            found = plog.max_timestamp_and_offset()
-        elif timestamp_ms < 0:
-            return ListOffsetResult(ErrorCode.INVALID_REQUEST, f"timestamp_ms {timestamp_ms} must be >= 0")
-        else:
-            found = plog.offset_for_timestamp(timestamp_ms)
-        if found is None or found.offset >= partition.high_watermark:
-            # Kafka's answer: offset -1, timestamp -1 — unless the HW is not known yet
-            return lagging if lagging is not None else ListOffsetResult(ErrorCode.NONE)
-        return ListOffsetResult(
-            ErrorCode.NONE, offset=found.offset, timestamp_ms=found.timestamp,
-            leader_epoch=self._epoch_at(plog, found.offset),
-        )  # fmt: skip
+    # ---- DeleteRecords --------------------------------------------------------------------------
 
     def delete_records(self, tp: TopicPartition, offset: int) -> ListOffsetResult:
         """DeleteRecords on the leader: the log start offset moves to ``offset`` (-1 = the HW), so
@@ -597,33 +563,6 @@ class ReplicaManager:
             log_event(log, logging.INFO, "records_deleted", topic=tp[0], partition=tp[1],
                       log_start_offset=plog.log_start_offset)  # fmt: skip
         return ListOffsetResult(ErrorCode.NONE, offset=plog.log_start_offset)
-
-    def producer_entries(self, tp: TopicPartition) -> tuple[PartitionError | None, list[ProducerEntry]]:
-        """DescribeProducers, on the leader: the idempotent producers the partition remembers."""
-        error = self._check_hosted(tp)
-        partition = self.partitions.get(tp)
-        if error is None and partition is not None:
-            error = partition.check_leader()
-        if error is not None:
-            return error, []
-        return None, sorted(self.logs[tp].producer_state.producers.values(), key=lambda e: e.producer_id)
-
-    @staticmethod
-    def _epoch_at(plog: Log, offset: int) -> int:
-        epoch = plog.leader_epoch_cache.epoch_for_offset(offset)
-        return NO_EPOCH if epoch is None else epoch
-
-    # ---- follower fetch, on the leader -----------------------------------------------------------
-
-    def offsets_for_leader_epoch(
-        self, tp: TopicPartition, current_leader_epoch: int | None, leader_epoch: int
-    ) -> tuple[PartitionError | None, EpochEndOffset]:
-        error = self._check_hosted(tp)
-        if error is not None:
-            return error, EpochEndOffset(NO_EPOCH, NO_OFFSET)
-        return self.partitions[tp].handle_offsets_for_leader_epoch(
-            current_leader_epoch, leader_epoch, self.logs[tp].leader_epoch_cache.entries
-        )
 
     # ---- ISR ----------------------------------------------------------------------------------
 
@@ -743,15 +682,3 @@ class ReplicaManager:
                 f"{tp}: log LEO {plog.log_end_offset} != partition LEO {partition.log_end_offset}"
             )
 
-
-def _high_watermark_lagging(tp: TopicPartition, partition: Partition) -> ListOffsetResult | None:
-    """OFFSET_NOT_AVAILABLE while a new leader's HW is below its epoch's start offset, else None."""
-    epoch_start = partition.leader_epoch_start_offset
-    if epoch_start <= partition.high_watermark:
-        return None
-    return ListOffsetResult(
-        ErrorCode.OFFSET_NOT_AVAILABLE,
-        f"{tp[0]}-{tp[1]}: the leader's high watermark {partition.high_watermark} is behind the start "
-        f"offset {epoch_start} of its leader epoch {partition.leader_epoch}; retry once the followers "
-        "have fetched in the new epoch",
-    )
