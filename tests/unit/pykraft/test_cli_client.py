@@ -236,6 +236,7 @@ def test_a_ctrl_c_inside_a_client_callback_is_held_until_the_call_returns(during
     SystemError): a Ctrl-C there lets the callback finish and is raised once consume() returns, or
     reported by uninstall() after close(); outside those calls it is raised at once."""
     consumer = CallbackConsumer()
+    before = signal.getsignal(signal.SIGINT)  # not always Python's default: pyspark installs its own
     held = cli_client._HeldInterrupt.install()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -250,4 +251,4 @@ def test_a_ctrl_c_inside_a_client_callback_is_held_until_the_call_returns(during
         still_held = held.uninstall()
     assert consumer.callbacks_finished == 1
     assert still_held == (during == "close")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before, "uninstall() restores the handler it replaced"
