@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -168,15 +170,53 @@ def _missing(names: list[str]) -> str:
     return "missing " + ", ".join(names) if names else "checking"
 
 
+class CtrlC:
+    """Ctrl-C as a flag as well as a KeyboardInterrupt, while ``up`` starts a cluster and waits for it.
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be when the signal is handled,
+    and a few places lose it: a finalizer or a callback run from C prints "Exception ignored" and carries
+    on. ``up`` makes and drops gRPC channels ten times a second while it waits, and once in a fresh-clone
+    run a Ctrl-C was lost that way: up went on waiting for a quorum leader for a minute (fc9). So the
+    handler also sets ``pressed``, and every poll of the wait calls ``check``, which raises it again."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous: object = None
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():  # signals go to the main thread only
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+
+    def _on_sigint(self, _signum: int, _frame: object) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
+
+
 def wait_ready(cluster: LocalCluster, timeout_s: float, progress: Callable[[str], None] | None = _say,
                on_step: Callable[[str], None] | None = None,
-               progress_every_s: float = PROGRESS_EVERY_S) -> None:
+               progress_every_s: float = PROGRESS_EVERY_S, ctrl_c: CtrlC | None = None) -> None:
     """Quorum leader elected, every broker registered, unfenced and serving. ``on_step(name)`` is
-    called as each of those completes."""
+    called as each of those completes; ``ctrl_c``: a Ctrl-C ends the wait even if its
+    KeyboardInterrupt was lost (``CtrlC``)."""
     step = on_step or (lambda name: None)
-    wait = lambda condition, what, detail=None: cluster.wait_until(  # noqa: E731
-        condition, timeout_s, what, progress, detail, progress_every_s
-    )
+    check = ctrl_c.check if ctrl_c is not None else (lambda: None)
+
+    def wait(condition: Callable[[], bool], what: str, detail: Callable[[], str] | None = None) -> None:
+        def polled() -> bool:
+            check()
+            return condition()
+
+        cluster.wait_until(polled, timeout_s, what, progress, detail, progress_every_s)
+
     wait(lambda: quorum_has_leader(cluster), "a quorum leader")
     step(f"quorum leader elected ({active_controller(cluster) or '?'})")
     if cluster.broker_nodes:
@@ -250,16 +290,17 @@ def _up(args: argparse.Namespace, data_dir: Path, overrides: dict[str, str]) -> 
                            log_level=args.log_level)
     _say(f"starting {args.controllers} controllers and {args.brokers} brokers in {data_dir}")
     steps = Steps()
-    try:
-        cluster.start(on_step=steps.step)
-        wait_ready(cluster, args.timeout, steps.progress, steps.step, steps.every_s)
-    except BaseException as exc:  # KeyboardInterrupt too: nothing started here outlives a failed up
-        steps.progress("stopping what started...")
-        cluster.down(timeout_s=5.0)
-        steps.step("stopped every node started")
-        if isinstance(exc, KeyboardInterrupt):
-            _say("interrupted")
-        raise
+    with CtrlC() as ctrl_c:
+        try:
+            cluster.start(on_step=steps.step)
+            wait_ready(cluster, args.timeout, steps.progress, steps.step, steps.every_s, ctrl_c)
+        except BaseException as exc:  # KeyboardInterrupt too: nothing started here outlives a failed up
+            steps.progress("stopping what started...")
+            cluster.down(timeout_s=5.0)
+            steps.step("stopped every node started")
+            if isinstance(exc, KeyboardInterrupt):
+                _say("interrupted")
+            raise
     for spec in cluster.nodes:
         _say(f"  {spec.name:<14} pid {spec.pid:<8} {spec.address}   log {cluster.log_path(spec)}")
     print(f"bootstrap: {cluster.bootstrap}")
