@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_cluster import FAST_OVERRIDES, BrokerCluster
+from broker_cluster import FAST_OVERRIDES, BrokerCluster, wait_for
 from confluent_kafka import Producer
 
 from pykraft.cli_cluster import wait_ready
@@ -72,7 +72,13 @@ def test_brokers_advertise_the_proxy_and_replicate_through_it(
         for i, port in advertised.items()
     }, registered
     for broker_id in advertised:  # Kafka Metadata names each broker's advertised Kafka endpoint
-        response = bc.metadata_response(broker_id, topics=None)
+        # Metadata lists unfenced brokers only, from the broker's own metadata image, which may trail
+        # the controller's (what wait_ready asked) by a moment: fc11 saw broker 101 list itself alone.
+        def lists_every_broker(broker_id: int = broker_id) -> object:
+            response = bc.metadata_response(broker_id, topics=None)
+            return response if {b.node_id for b in response.brokers} == set(kafka_advertised) else None
+
+        response = wait_for(lists_every_broker, READY_TIMEOUT_S, f"broker {broker_id}'s Metadata: both")
         assert {b.node_id: (b.host, b.port) for b in response.brokers} == {
             i: ("127.0.0.1", port) for i, port in kafka_advertised.items()
         }, response.brokers
