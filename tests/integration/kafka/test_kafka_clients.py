@@ -203,5 +203,9 @@ def test_cluster_status_prints_the_kafka_bootstrap(cluster: BrokerCluster) -> No
     table = subprocess.run(cli, capture_output=True, text=True, timeout=DEADLINE_S, check=True).stdout
     assert f"kafka bootstrap: {local.kafka_bootstrap}" in table
     assert all(n.kafka_address in table for n in local.broker_nodes)
-    md = AdminClient({"bootstrap.servers": local.kafka_bootstrap}).list_topics(timeout=DEADLINE_S)
-    assert set(md.brokers) == {n.node_id for n in local.broker_nodes}
+    admin = AdminClient({"bootstrap.servers": local.kafka_bootstrap})
+    brokers = {n.node_id for n in local.broker_nodes}
+    # Metadata lists live brokers only, from the answering broker's image: a broker fenced for a moment
+    # (a heartbeat late on a loaded machine), or not yet unfenced there, is missing until it is back.
+    local.wait_until(lambda: set(admin.list_topics(timeout=DEADLINE_S).brokers) == brokers, DEADLINE_S,
+                     "the Kafka bootstrap's Metadata to list every broker")  # fmt: skip
