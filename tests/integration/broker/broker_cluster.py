@@ -226,9 +226,16 @@ class BrokerCluster:
         return kafka.list_offset(self.kafka_address(broker_id), topic, partition, timestamp, **kw)
 
     def high_watermark(self, broker_id: int, topic: str, partition: int = 0) -> int:
-        r = self.list_offset(broker_id, topic, kafka.LATEST, partition)
-        assert r.error_code == 0, f"ListOffsets: {ErrorCode(r.error_code).name}"
-        return r.offset
+        """ListOffsets LATEST. A leader new in its epoch answers OFFSET_NOT_AVAILABLE (retriable) until a
+        follower fetched in that epoch (its HW is below the epoch's start): retried, as a client does."""
+
+        def answered() -> m.ListOffsetsResponseListOffsetsPartitionResponse | None:
+            r = self.list_offset(broker_id, topic, kafka.LATEST, partition)
+            return None if r.error_code == ErrorCode.OFFSET_NOT_AVAILABLE else r
+
+        r = wait_for(answered, RPC_TIMEOUT_S, f"{topic}-{partition}'s HW on broker {broker_id}")
+        assert r.error_code == 0, f"ListOffsets: {ErrorCode(r.error_code).name}"  # type: ignore[attr-defined]
+        return r.offset  # type: ignore[attr-defined]
 
 
 def batch(values: list[bytes], timestamp_ms: int = 0, **kw) -> bytes:
