@@ -284,7 +284,7 @@ class DescribeConfigsRequest(_message.Message):
         resource_type: _metadata_pb2.ConfigResourceType
         resource_name: str
         config_names: _containers.RepeatedScalarFieldContainer[str]
-        def __init__(self, resource_type: _Optional[_Union[_metadata_pb2.ConfigResourceType, str]] = ..., resource_name: _Optional[str] = ..., config_names: _Optional[_Iterable[str]] = ...) -> None: ...
+        def __init__(self, resource_type: _Optional[_Union[_metadata_pb2.ConfigResourceType, str, int]] = ..., resource_name: _Optional[str] = ..., config_names: _Optional[_Iterable[str]] = ...) -> None: ...
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     resources: _containers.RepeatedCompositeFieldContainer[DescribeConfigsRequest.Resource]
     def __init__(self, resources: _Optional[_Iterable[_Union[DescribeConfigsRequest.Resource, _Mapping]]] = ...) -> None: ...
@@ -301,7 +301,7 @@ class DescribeConfigsResponse(_message.Message):
         resource_name: str
         error: _common_pb2.Error
         configs: _containers.RepeatedCompositeFieldContainer[DescribeConfigsResponse.Entry]
-        def __init__(self, resource_type: _Optional[_Union[_metadata_pb2.ConfigResourceType, str]] = ..., resource_name: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., configs: _Optional[_Iterable[_Union[DescribeConfigsResponse.Entry, _Mapping]]] = ...) -> None: ...
+        def __init__(self, resource_type: _Optional[_Union[_metadata_pb2.ConfigResourceType, str, int]] = ..., resource_name: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., configs: _Optional[_Iterable[_Union[DescribeConfigsResponse.Entry, _Mapping]]] = ...) -> None: ...
     class Entry(_message.Message):
         __slots__ = ("name", "value", "source")
         NAME_FIELD_NUMBER: _ClassVar[int]
@@ -327,7 +327,7 @@ class AlterConfigsRequest(_message.Message):
         resource_type: _metadata_pb2.ConfigResourceType
         resource_name: str
         configs: _containers.RepeatedCompositeFieldContainer[AlterConfigsRequest.Config]
-        def __init__(self, resource_type: _Optional[_Union[_metadata_pb2.ConfigResourceType, str]] = ..., resource_name: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[AlterConfigsRequest.Config, _Mapping]]] = ...) -> None: ...
+        def __init__(self, resource_type: _Optional[_Union[_metadata_pb2.ConfigResourceType, str, int]] = ..., resource_name: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[AlterConfigsRequest.Config, _Mapping]]] = ...) -> None: ...
     class Config(_message.Message):
         __slots__ = ("name", "op", "value")
         NAME_FIELD_NUMBER: _ClassVar[int]
@@ -336,7 +336,7 @@ class AlterConfigsRequest(_message.Message):
         name: str
         op: AlterConfigOpType
         value: str
-        def __init__(self, name: _Optional[str] = ..., op: _Optional[_Union[AlterConfigOpType, str]] = ..., value: _Optional[str] = ...) -> None: ...
+        def __init__(self, name: _Optional[str] = ..., op: _Optional[_Union[AlterConfigOpType, str, int]] = ..., value: _Optional[str] = ...) -> None: ...
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     resources: _containers.RepeatedCompositeFieldContainer[AlterConfigsRequest.Resource]
@@ -353,7 +353,7 @@ class AlterConfigsResponse(_message.Message):
         resource_type: _metadata_pb2.ConfigResourceType
         resource_name: str
         error: _common_pb2.Error
-        def __init__(self, resource_type: _Optional[_Union[_metadata_pb2.ConfigResourceType, str]] = ..., resource_name: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+        def __init__(self, resource_type: _Optional[_Union[_metadata_pb2.ConfigResourceType, str, int]] = ..., resource_name: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     error: _common_pb2.Error
@@ -373,7 +373,7 @@ class ElectLeadersRequest(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     election_type: ElectionType
     topics: _containers.RepeatedCompositeFieldContainer[ElectLeadersRequest.TopicPartitions]
-    def __init__(self, election_type: _Optional[_Union[ElectionType, str]] = ..., topics: _Optional[_Iterable[_Union[ElectLeadersRequest.TopicPartitions, _Mapping]]] = ...) -> None: ...
+    def __init__(self, election_type: _Optional[_Union[ElectionType, str, int]] = ..., topics: _Optional[_Iterable[_Union[ElectLeadersRequest.TopicPartitions, _Mapping]]] = ...) -> None: ...
 
 class ElectLeadersResponse(_message.Message):
     __slots__ = ("error", "results")

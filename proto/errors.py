@@ -1,19 +1,16 @@
 """Kafka's error codes as Python values and exceptions.
 
-``ErrorCode`` mirrors the generated ``common_pb2.ErrorCode`` enum (Kafka's names and numbers,
-never renumbered); a unit test keeps the two equal. ``RETRIABLE`` lists the codes that Kafka's
-clients retry. Every code has one exception class, ``KafkaError`` subclasses named in Kafka's
-style (``NOT_LEADER_OR_FOLLOWER`` -> ``NotLeaderOrFollowerError``); ``error_for(code, message)``
-builds the right one, so callers can ``except errors.NotLeaderOrFollowerError``.
+``ErrorCode`` is common.proto's enum as an ``IntEnum`` (Kafka's names and numbers, never
+renumbered), which ``./dev proto`` writes out into ``proto/error_codes.py``; a unit test keeps it
+equal to ``common_pb2.ErrorCode``. ``RETRIABLE`` lists the codes that Kafka's clients retry. Every
+code has one exception class, ``KafkaError`` subclasses named in Kafka's style
+(``NOT_LEADER_OR_FOLLOWER`` -> ``NotLeaderOrFollowerError``); ``error_for(code, message)`` builds
+the right one, so callers can ``except errors.NotLeaderOrFollowerError``.
 """
 
 from __future__ import annotations
 
-import enum
-
-from proto import common_pb2
-
-ErrorCode = enum.IntEnum("ErrorCode", dict(common_pb2.ErrorCode.items()))  # type: ignore[misc]
+from proto.error_codes import ErrorCode
 
 RETRIABLE: frozenset[int] = frozenset(
     ErrorCode[name]

@@ -6,16 +6,24 @@ Run it as ``./dev proto`` (or ``python -m proto.generate``). The generated modul
 temporary directory and fails when the committed files differ. It then runs
 ``proto.kafka.generate`` (``proto/kafka/messages.py`` from ``proto/kafka/schemas/*.json``), which has
 its own staleness test in ``tests/unit/proto/kafka/``.
+
+Beside protoc's output it writes ``proto/error_codes.py``: common.proto's ``ErrorCode`` as a Python
+``IntEnum`` spelled out member by member (same names, numbers and order), so that a type checker sees
+every code (``proto.errors`` re-exports it). protoc's ``.pyi`` stubs type an enum field's constructor
+argument as the enum or its name; protobuf also takes the number (Kafka's codes travel as ints and as
+``ErrorCode`` members), so the stubs are widened to accept ``int`` there too.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
 
 from proto.kafka import generate as kafka_generate
@@ -24,6 +32,22 @@ PROTO_DIR = Path(__file__).resolve().parent
 ROOT = PROTO_DIR.parent
 BANNER = "# Generated from proto/{name} by `./dev proto`. DO NOT EDIT.\n"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+ERROR_CODES = "error_codes.py"
+ERROR_CODES_HEAD = '''"""Kafka's error codes: common.proto's ``ErrorCode`` as a Python ``IntEnum``.
+
+The same names, numbers and order as the protobuf enum, spelled out so that a type checker knows every
+member. Import it from ``proto.errors``, which adds the retriable set and one exception class per code.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+'''
+# an enum-typed argument in protoc's .pyi: "_Union[EnumType, str]" (the member or its name)
+_PYI_ENUM_ARG = re.compile(r"_Union\[([A-Za-z0-9_.]+), str\]")
 
 
 def proto_files() -> list[Path]:
@@ -41,22 +65,36 @@ def generate_into(out_dir: Path) -> list[Path]:
         f"--python_out={out_dir}",
         f"--pyi_out={out_dir}",
         f"--grpc_python_out={out_dir}",
+        f"--descriptor_set_out={out_dir / 'descriptors.pb'}",
         *[str(p.relative_to(ROOT)) for p in proto_files()],
     ]
     code = protoc.main(args)
     if code != 0:
         raise SystemExit(f"protoc failed with exit code {code}")
-    generated = []
+    descriptors = descriptor_pb2.FileDescriptorSet.FromString((out_dir / "descriptors.pb").read_bytes())
+    (out_dir / "proto" / ERROR_CODES).write_text(_error_codes_module(descriptors))
     for path in sorted((out_dir / "proto").iterdir()):
+        if path.name.endswith("_pb2.pyi"):
+            path.write_text(_PYI_ENUM_ARG.sub(r"_Union[\1, str, int]", path.read_text()))
         if path.name.endswith(GENERATED_SUFFIXES):
             source = path.name.split("_pb2")[0] + ".proto"
             path.write_text(BANNER.format(name=source) + path.read_text())
-            generated.append(path)
-    return generated
+    return sorted(p for p in (out_dir / "proto").iterdir() if _is_generated(p))
+
+
+def _error_codes_module(descriptors: descriptor_pb2.FileDescriptorSet) -> str:
+    (common,) = (f for f in descriptors.file if f.name == "proto/common.proto")
+    (enum_type,) = (e for e in common.enum_type if e.name == "ErrorCode")
+    members = "".join(f"    {v.name} = {v.number}\n" for v in enum_type.value)
+    return BANNER.format(name="common.proto") + ERROR_CODES_HEAD + members
+
+
+def _is_generated(path: Path) -> bool:
+    return path.name.endswith(GENERATED_SUFFIXES) or path.name == ERROR_CODES
 
 
 def committed_generated() -> list[Path]:
-    return sorted(p for p in PROTO_DIR.iterdir() if p.name.endswith(GENERATED_SUFFIXES))
+    return sorted(p for p in PROTO_DIR.iterdir() if _is_generated(p))
 
 
 def main(argv: list[str] | None = None) -> int:

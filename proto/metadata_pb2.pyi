@@ -121,7 +121,7 @@ class ConfigRecord(_message.Message):
     resource_name: str
     name: str
     value: str
-    def __init__(self, resource_type: _Optional[_Union[ConfigResourceType, str]] = ..., resource_name: _Optional[str] = ..., name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    def __init__(self, resource_type: _Optional[_Union[ConfigResourceType, str, int]] = ..., resource_name: _Optional[str] = ..., name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class ProducerIdsRecord(_message.Message):
     __slots__ = ("broker_id", "broker_epoch", "next_producer_id")

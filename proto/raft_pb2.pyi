@@ -26,7 +26,7 @@ class Entry(_message.Message):
     index: int
     data: bytes
     kind: EntryKind
-    def __init__(self, term: _Optional[int] = ..., index: _Optional[int] = ..., data: _Optional[bytes] = ..., kind: _Optional[_Union[EntryKind, str]] = ...) -> None: ...
+    def __init__(self, term: _Optional[int] = ..., index: _Optional[int] = ..., data: _Optional[bytes] = ..., kind: _Optional[_Union[EntryKind, str, int]] = ...) -> None: ...
 
 class SnapshotMeta(_message.Message):
     __slots__ = ("last_index", "last_term")
@@ -202,7 +202,7 @@ class ProposeResponse(_message.Message):
     leader: LeaderHint
     first_index: int
     last_index: int
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ...) -> None: ...
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str, int]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ...) -> None: ...
 
 class ReadIndexRequest(_message.Message):
     __slots__ = ()
@@ -218,7 +218,7 @@ class ReadIndexResponse(_message.Message):
     error_message: str
     leader: LeaderHint
     index: int
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ..., index: _Optional[int] = ...) -> None: ...
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str, int]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ..., index: _Optional[int] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("from_index", "max_entries")
@@ -278,7 +278,7 @@ class TransferLeadershipResponse(_message.Message):
     error_code: _common_pb2.ErrorCode
     error_message: str
     leader: LeaderHint
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ...) -> None: ...
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str, int]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ...) -> None: ...
 
 class SetPartitionRequest(_message.Message):
     __slots__ = ("blocked_peer_ids",)
@@ -292,7 +292,7 @@ class SetPartitionResponse(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str, int]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class MeasureCommitLatencyRequest(_message.Message):
     __slots__ = ("count", "entry_bytes")
@@ -312,4 +312,4 @@ class MeasureCommitLatencyResponse(_message.Message):
     error_message: str
     leader: LeaderHint
     latency_ms: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ..., latency_ms: _Optional[_Iterable[float]] = ...) -> None: ...
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str, int]] = ..., error_message: _Optional[str] = ..., leader: _Optional[_Union[LeaderHint, _Mapping]] = ..., latency_ms: _Optional[_Iterable[float]] = ...) -> None: ...
