@@ -110,7 +110,7 @@ class _BatchEvents:
                     "endpoints": [f"{e.name}://{e.host}:{e.port}" for e in r.endpoints], "rack": r.rack,
                 }))  # fmt: skip
             case BrokerRegistrationChangeRecord():
-                ids = {"broker": r.broker_id, "broker_epoch": r.broker_epoch}
+                ids: dict[str, object] = {"broker": r.broker_id, "broker_epoch": r.broker_epoch}
                 if r.in_controlled_shutdown:
                     self.events.append(("broker_controlled_shutdown", ids))
                 if r.fenced is not None:

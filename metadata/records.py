@@ -20,6 +20,7 @@ import base64
 import binascii
 import enum
 from dataclasses import dataclass
+from typing import cast
 
 from google.protobuf.message import DecodeError
 
@@ -169,13 +170,13 @@ def _to_pb(record: Record) -> pb.MetadataRecord:
     out = pb.MetadataRecord()
     match record:
         case PartitionChangeRecord():
-            r = out.partition_change
-            r.topic_id, r.partition = record.topic_id, record.partition
+            change = out.partition_change
+            change.topic_id, change.partition = record.topic_id, record.partition
             if record.leader is not None:
-                r.leader = record.leader
+                change.leader = record.leader
             if record.isr is not None:
-                r.isr_changed = True
-                r.isr.extend(record.isr)
+                change.isr_changed = True
+                change.isr.extend(record.isr)
         case PartitionRecord():
             out.partition.CopyFrom(
                 pb.PartitionRecord(
@@ -205,25 +206,26 @@ def _to_pb(record: Record) -> pb.MetadataRecord:
                 pb.UnregisterBrokerRecord(broker_id=record.broker_id, broker_epoch=record.broker_epoch)
             )
         case BrokerRegistrationChangeRecord():
-            r = out.broker_registration_change
-            r.broker_id, r.broker_epoch = record.broker_id, record.broker_epoch
+            registration = out.broker_registration_change
+            registration.broker_id, registration.broker_epoch = record.broker_id, record.broker_epoch
             if record.fenced is not None:
-                r.fenced = record.fenced
+                registration.fenced = record.fenced
             if record.in_controlled_shutdown is not None:
-                r.in_controlled_shutdown = record.in_controlled_shutdown
+                registration.in_controlled_shutdown = record.in_controlled_shutdown
         case TopicRecord():
             out.topic.CopyFrom(pb.TopicRecord(name=record.name, topic_id=record.topic_id))
         case RemoveTopicRecord():
             out.remove_topic.CopyFrom(pb.RemoveTopicRecord(topic_id=record.topic_id))
         case ConfigRecord():
-            r = out.config
-            r.resource_type, r.resource_name, r.name = (
-                int(record.resource_type),
+            config = out.config
+            config.resource_type, config.resource_name, config.name = (
+                # protobuf takes the number; its stubs type the field as the enum class
+                cast(pb.ConfigResourceType, int(record.resource_type)),
                 record.resource_name,
                 record.name,
             )
             if record.value is not None:
-                r.value = record.value
+                config.value = record.value
         case ProducerIdsRecord():
             out.producer_ids.CopyFrom(
                 pb.ProducerIdsRecord(
@@ -245,58 +247,63 @@ def _to_pb(record: Record) -> pb.MetadataRecord:
 def _from_pb(msg: pb.MetadataRecord) -> Record:
     kind = msg.WhichOneof("record")
     if kind == "partition_change":
-        r = msg.partition_change
+        change = msg.partition_change
         return PartitionChangeRecord(
-            r.topic_id,
-            r.partition,
-            leader=r.leader if r.HasField("leader") else None,
-            isr=tuple(r.isr) if r.isr_changed else None,
+            change.topic_id,
+            change.partition,
+            leader=change.leader if change.HasField("leader") else None,
+            isr=tuple(change.isr) if change.isr_changed else None,
         )
     if kind == "partition":
-        r = msg.partition
+        p = msg.partition
         return PartitionRecord(
-            r.topic_id,
-            r.partition,
-            tuple(r.replicas),
-            tuple(r.isr),
-            r.leader,
-            r.leader_epoch,
-            r.partition_epoch,
+            p.topic_id,
+            p.partition,
+            tuple(p.replicas),
+            tuple(p.isr),
+            p.leader,
+            p.leader_epoch,
+            p.partition_epoch,
         )
     if kind == "register_broker":
-        r = msg.register_broker
+        broker = msg.register_broker
         return RegisterBrokerRecord(
-            broker_id=r.broker_id,
-            incarnation_id=r.incarnation_id,
-            endpoints=tuple(Endpoint(e.name, e.host, e.port) for e in r.endpoints),
-            rack=r.rack,
-            fenced=r.fenced,
-            broker_epoch=r.broker_epoch,
-            in_controlled_shutdown=r.in_controlled_shutdown,
+            broker_id=broker.broker_id,
+            incarnation_id=broker.incarnation_id,
+            endpoints=tuple(Endpoint(e.name, e.host, e.port) for e in broker.endpoints),
+            rack=broker.rack,
+            fenced=broker.fenced,
+            broker_epoch=broker.broker_epoch,
+            in_controlled_shutdown=broker.in_controlled_shutdown,
         )
     if kind == "unregister_broker":
         return UnregisterBrokerRecord(msg.unregister_broker.broker_id, msg.unregister_broker.broker_epoch)
     if kind == "broker_registration_change":
-        r = msg.broker_registration_change
+        registration = msg.broker_registration_change
         return BrokerRegistrationChangeRecord(
-            r.broker_id,
-            r.broker_epoch,
-            fenced=r.fenced if r.HasField("fenced") else None,
-            in_controlled_shutdown=r.in_controlled_shutdown if r.HasField("in_controlled_shutdown") else None,
+            registration.broker_id,
+            registration.broker_epoch,
+            fenced=registration.fenced if registration.HasField("fenced") else None,
+            in_controlled_shutdown=(
+                registration.in_controlled_shutdown
+                if registration.HasField("in_controlled_shutdown")
+                else None
+            ),
         )
     if kind == "topic":
         return TopicRecord(msg.topic.name, msg.topic.topic_id)
     if kind == "remove_topic":
         return RemoveTopicRecord(msg.remove_topic.topic_id)
     if kind == "config":
-        r = msg.config
-        if r.resource_type not in (pb.TOPIC, pb.CLUSTER):
-            raise CorruptMetadataError(f"config record with unknown resource type {r.resource_type}")
-        value = r.value if r.HasField("value") else None
-        return ConfigRecord(ConfigResourceType(r.resource_type), r.resource_name, r.name, value)
+        config = msg.config
+        if config.resource_type not in (pb.TOPIC, pb.CLUSTER):
+            raise CorruptMetadataError(f"config record with unknown resource type {config.resource_type}")
+        value = config.value if config.HasField("value") else None
+        resource_type = ConfigResourceType(config.resource_type)
+        return ConfigRecord(resource_type, config.resource_name, config.name, value)
     if kind == "producer_ids":
-        r = msg.producer_ids
-        return ProducerIdsRecord(r.broker_id, r.broker_epoch, r.next_producer_id)
+        ids = msg.producer_ids
+        return ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id)
     if kind == "cluster_id":
         return ClusterIdRecord(msg.cluster_id.cluster_id)
     raise CorruptMetadataError(f"metadata record of unknown kind {kind!r}")
@@ -311,17 +318,16 @@ def encode_batch(records: tuple[Record, ...] | list[Record]) -> bytes:
     batch = pb.MetadataBatch()
     add = batch.records.add
     for record in records:
-        kind = type(record)
-        if kind is PartitionChangeRecord:
-            m = add().partition_change
-            m.topic_id = record.topic_id
-            m.partition = record.partition
+        if type(record) is PartitionChangeRecord:
+            change = add().partition_change
+            change.topic_id = record.topic_id
+            change.partition = record.partition
             if record.leader is not None:
-                m.leader = record.leader
+                change.leader = record.leader
             if record.isr is not None:
-                m.isr_changed = True
-                m.isr.extend(record.isr)
-        elif kind is PartitionRecord:
+                change.isr_changed = True
+                change.isr.extend(record.isr)
+        elif type(record) is PartitionRecord:
             m = add().partition
             m.topic_id = record.topic_id
             m.partition = record.partition

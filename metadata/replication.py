@@ -186,7 +186,7 @@ def elect_leaders(
 ) -> tuple[list[PartitionChangeRecord], list[ElectLeadersResult]]:
     is_usable = usable_fn(image)
     explicit = request.partitions is not None
-    wanted = request.partitions if explicit else _all_partitions(image)
+    wanted = request.partitions if request.partitions is not None else _all_partitions(image)
     records: list[PartitionChangeRecord] = []
     results = []
     for name, partition in wanted:

@@ -44,6 +44,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -82,6 +83,7 @@ from proto.serving import add_standard_services, start_shutdown_watchdog
 from proto.settings import (
     ADVERTISED_LISTENERS,
     IDENTITY_FLAGS,
+    Converters,
     check_data_dir,
     collect_overrides,
     fill_identity,
@@ -99,7 +101,12 @@ log = logging.getLogger(__name__)
 EXIT_USAGE = 2
 SERVER_STOP_GRACE_S = 0.5
 LISTEN_SETTING = "--listen"
-IDENTITY_CONVERTERS = {"node_id": int, "listen": listen_address, "voters": str, "data_dir": one_dir}
+IDENTITY_CONVERTERS: Converters = {
+    "node_id": int,
+    "listen": listen_address,
+    "voters": str,
+    "data_dir": one_dir,
+}
 REQUIRED_FLAGS = ("node_id", "listen", "voters", "data_dir")
 CLUSTER_ID = "cluster.id"
 SHUTDOWN_DEADLINE_S = 10.0  # plus two election timeouts (a leadership hand-over)
@@ -185,7 +192,7 @@ class ControllerSettings:
 
 
 def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSettings:
-    values = {}
+    values: dict[str, Any] = {}  # ControllerSettings field -> its str or int value
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:

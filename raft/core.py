@@ -564,7 +564,8 @@ class RaftNode:
 
     def _handle_append_entries(self, m: AppendEntries) -> None:
         """Raft §5.3: the consistency check at ``prev_log_index``; on a conflict, a back-off hint."""
-        prev, prev_term, entries = m.prev_log_index, m.prev_log_term, list(m.entries)
+        prev, entries = m.prev_log_index, list(m.entries)
+        prev_term: int | None = m.prev_log_term
         if prev < self._commit_index:
             # Everything up to our commit index matches the leader's log (Leader Completeness).
             entries = [e for e in entries if e.index > self._commit_index]

@@ -409,13 +409,13 @@ class RaftDriver:
             proposal = _Proposal(result.term, result.first_index, result.last_index, future)
             self._awaiting_commit.setdefault(result.last_index, []).append(proposal)
         reads, self._reads = self._reads, []
-        for future in reads:
+        for read in reads:
             request_id, self._next_read_id = self._next_read_id, self._next_read_id + 1
             refused = self.core.read_index(request_id, now)
             if refused is not None:
-                future.set_exception(NotLeaderError(self.node_id, refused.leader_hint))
+                read.set_exception(NotLeaderError(self.node_id, refused.leader_hint))
             else:
-                self._read_waiters[request_id] = future
+                self._read_waiters[request_id] = read
         transfers, self._transfers = self._transfers, []
         for target in transfers:
             self.core.transfer_leadership(target, now)

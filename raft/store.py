@@ -221,6 +221,7 @@ class RaftStore:
     def _load_entries(self) -> list[Entry]:
         entries: list[Entry] = []
         for key, value in self._db.items(from_key=ENTRY_PREFIX):
+            assert isinstance(key, bytes)  # the store is opened in raw mode: keys are bytes
             if not key.startswith(ENTRY_PREFIX):
                 break
             entries.append(self._decode_entry(key, value))

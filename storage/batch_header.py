@@ -63,7 +63,8 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 
 
-class CorruptRecordError(errors.CorruptMessageError):  # type: ignore[name-defined,misc]
+# proto.errors makes its exception classes at import time: a type checker sees them as values only
+class CorruptRecordError(errors.CorruptMessageError):  # type: ignore[valid-type,misc]
     """Bytes that are not a valid v2 RecordBatch (Kafka's CORRUPT_MESSAGE, code 2).
 
     ``reason`` says what is wrong, for a person; ``code`` is the Kafka error code to answer with.

@@ -22,6 +22,7 @@ broker's checkpoint thread and the Log's owner, are serialized by ``storage.log_
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from proto import errors
@@ -61,7 +62,7 @@ class CheckpointFile:
         self.path = path
         self.width = width
 
-    def write(self, entries: list[tuple[int, ...]]) -> None:
+    def write(self, entries: Sequence[tuple[int, ...]]) -> None:
         for entry in entries:
             assert len(entry) == self.width, f"{self.path.name}: entry {entry} needs {self.width} fields"
         lines = [str(CHECKPOINT_VERSION), str(len(entries))]

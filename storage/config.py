@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from proto import errors
 from storage.batch_header import HEADER_SIZE
@@ -109,7 +110,7 @@ class LogConfig:
     def from_properties(cls, properties: dict[str, object], base: LogConfig | None = None) -> LogConfig:
         """Build from Kafka's dotted names, overriding ``base`` (the broker default) or the defaults."""
         known = {field.name for field in dataclasses.fields(cls)}
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}  # each value _coerce'd to its field's type
         for dotted, raw in properties.items():
             name = dotted.replace(".", "_")
             if name not in known:

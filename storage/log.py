@@ -300,6 +300,7 @@ class Log:
         self._check_leader_epoch(leader_epoch)
         now_ms = self._clock_ms()
         first_offset = self.log_end_offset
+        pieces: list[bytearray] | list[bytes | memoryview]
         if self._log_append_time:
             pieces, appended = log_validator.assign_offsets_with_log_append_time(
                 valid, first_offset, leader_epoch, now_ms
@@ -400,8 +401,8 @@ class Log:
         segment, start_position, first_size = located
         limit = segment.size_bytes
         if end_offset < segment.next_offset:
-            end = segment.translate_offset(end_offset)
-            limit = end[0] if end is not None else limit
+            translated = segment.translate_offset(end_offset)
+            limit = translated[0] if translated is not None else limit
         if limit <= start_position:
             return None
         # Whole batches only, and at least the first one if asked (Kafka's rule: consumers progress).

@@ -81,7 +81,8 @@ class AppendOrigin(enum.Enum):
     COORDINATOR = "coordinator"
 
 
-class UnexpectedAppendOffsetError(errors.InvalidRecordError):
+# proto.errors makes its exception classes at import time: a type checker sees them as values only
+class UnexpectedAppendOffsetError(errors.InvalidRecordError):  # type: ignore[valid-type,misc]
     """A follower append whose offsets do not continue the log (a replication bug, not bad user data)."""
 
 

@@ -494,7 +494,7 @@ def _decode_headers(data: bytes, pos: int, record_end: int, index: int) -> tuple
         raise CorruptRecordError(
             f"record {index} header count {count} does not fit its {record_end - pos} bytes"
         )
-    decoded = []
+    decoded: list[Header] = []
     for _ in range(count):
         raw, pos = read_unsigned(data, pos)
         size = (raw >> 1) ^ -(raw & 1)

@@ -176,14 +176,14 @@ def _request_name(header: RequestHeader) -> str:
     return f"{messages.API_NAMES[header.api_key]}Request v{header.api_version}"
 
 
+def _first_flexible(api_key: int) -> int:
+    first = messages.FLEXIBLE_MIN_VERSION[api_key]
+    return NEVER_FLEXIBLE if first is None else first
+
+
 # api key -> (lowest version, highest version, first flexible version, decoders by version)
 _REQUEST_PLANS: dict[int, tuple[int, int, int, tuple]] = {
-    key: (
-        low,
-        high,
-        NEVER_FLEXIBLE if messages.FLEXIBLE_MIN_VERSION[key] is None else messages.FLEXIBLE_MIN_VERSION[key],
-        messages.REQUEST_DECODERS[key],
-    )
+    key: (low, high, _first_flexible(key), messages.REQUEST_DECODERS[key])
     for key, (low, high) in messages.VALID_VERSIONS.items()
 }
 

@@ -343,7 +343,8 @@ class _Context:
         if dupes:
             raise SchemaError(f"{struct_.where}: duplicate field names {sorted(dupes)}")
         for v in range(self.valid.low, self.valid.high + 1):
-            tags = [f.tag for f in struct_.fields if f.is_tagged(v)]
+            # check_field_versions gave every tagged field its tag
+            tags = [f.tag for f in struct_.fields if f.is_tagged(v) and f.tag is not None]
             if len(tags) != len(set(tags)):
                 raise SchemaError(f"{struct_.where}: duplicate tags {sorted(tags)} in version {v}")
 
