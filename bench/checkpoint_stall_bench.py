@@ -9,7 +9,7 @@ under ``--dir`` (default: a temp directory under /tmp — it must be a real disk
 costs nothing), moves every log's HW before each round (one file per log changes, as in a broker
 whose partitions take writes) and runs the round two ways, alternating, ``--rounds`` times each:
 
-- ``on loop``: the code before ``broker.checkpoint_writer`` — ``Log.write_checkpoints()`` on the event
+- ``on loop``: the code before ``broker.replica.checkpoint_writer`` — ``Log.write_checkpoints()`` on the event
   loop, one log at a time with an ``await asyncio.sleep(0)`` between logs;
 - ``worker``: ``CheckpointWriter.write_round()`` — snapshots on the loop, the files in one thread;
 - ``idle``: no round, the probe alone for ``IDLE_S``: the lateness the machine's load causes anyway.
@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from broker.checkpoint_writer import CheckpointWriter
+from broker.replica.checkpoint_writer import CheckpointWriter
 from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log

@@ -4,7 +4,7 @@
 
 One ``storage.log.Log`` in a temp directory (no processes): ``--records`` keyed records of 100-byte
 values over ``--keys`` keys, 100 records per batch, 1 MiB segments. Then one compaction pass the way
-the broker runs it (``broker.log_cleaner``): ``plan_cleaning`` and ``finish_cleaning`` on an asyncio
+the broker runs it (``broker.replica.log_cleaner``): ``plan_cleaning`` and ``finish_cleaning`` on an asyncio
 loop, ``storage.cleaner.clean`` in a worker thread. Reported: input MB/s and records/s of the thread's
 work, the time the plan and the swap held the loop, and the largest delay of a 1 ms loop timer while
 the thread ran (the loop keeps serving; the GIL is shared, so it is slowed, not stopped), next to the

@@ -4,7 +4,7 @@
 
 One pykraft cluster (3 controllers + 3 brokers, started and stopped by pid by this script). The group
 members are simulated with raw Kafka requests (the generated codec of proto/kafka over
-``broker.kafka_client.KafkaConnection``, one connection each, in this process): each joins (JoinGroup
+``broker.follower.kafka_client.KafkaConnection``, one connection each, in this process): each joins (JoinGroup
 v5, KIP-394 member id), the leader computes a range assignment of the topic's partitions (Kafka's
 ConsumerProtocolSubscription / ConsumerProtocolAssignment v0 bytes), all sync,
 then heartbeat every ``--heartbeat-ms`` and rejoin when told REBALANCE_IN_PROGRESS, as Kafka's
@@ -54,9 +54,9 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer  # noqa: E402
 
+from broker.follower.kafka_client import KafkaConnection  # noqa: E402
 from broker.group.metadata import OffsetAndMetadata, OffsetCommitRecord  # noqa: E402
 from broker.group.record_serde import encode_batch  # noqa: E402
-from broker.kafka_client import KafkaConnection  # noqa: E402
 from proto.errors import ErrorCode  # noqa: E402
 from proto.kafka import messages as m  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402

@@ -20,7 +20,7 @@ so that both columns see the same machine load; every process it starts is stopp
    CPU over the same time (measured for 2 s with nothing in flight): a figure the machine's load
    changes far less than the latencies;
 4. the hop-by-hop table of pykraft's acks=all produce: the brokers run with
-   ``PYKRAFT_LATENCY_TRACE`` (``broker.latency_trace``: CLOCK_MONOTONIC timestamps kept in memory,
+   ``PYKRAFT_LATENCY_TRACE`` (``proto.runtime.latency_trace``: CLOCK_MONOTONIC timestamps kept in memory,
    written at exit), and each step's time since ``produce`` is taken per sample and its p50 shown.
 
 The machine is shared: read the ratios of one run, and the load average printed with them.
@@ -49,7 +49,7 @@ from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition  # no
 from confluent_kafka.admin import AdminClient as KafkaAdminClient  # noqa: E402
 from produce_bench import NatsCluster, ensure_nats_server, nats_version  # noqa: E402
 
-from broker.latency_trace import TRACE_ENV  # noqa: E402
+from proto.runtime.latency_trace import TRACE_ENV  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 from pykraft.cluster import LocalCluster  # noqa: E402
 
@@ -530,7 +530,7 @@ def report(args: argparse.Namespace, ours: Side, theirs: Side, kafka: Pykraft, n
         print("hop-by-hop table: no complete trace (a broker did not write its trace at exit)")
         return
     print("pykraft one-record acks=all, hop by hop (p50 ms since produce() over the samples; "
-          "broker.latency_trace timestamps):")
+          "proto.runtime.latency_trace timestamps):")
     print()
     print("| step | p50 ms | hop |")
     print("|---|---|---|")

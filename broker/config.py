@@ -4,7 +4,7 @@
         --data-dir DIR [--rack R] [--advertised-listener HOST:PORT] [--override KEY=VALUE] ...
 
 Listeners, in Kafka's form. The gRPC services listen on ``--listen`` (listener name ``GRPC``); the
-Kafka protocol (``broker.network``) on every other entry of ``listeners`` (``--listeners
+Kafka protocol (``broker.kafka.listener``) on every other entry of ``listeners`` (``--listeners
 PLAINTEXT://127.0.0.1:9092``; default one ``PLAINTEXT`` listener on ``--listen``'s host, port 0 = any
 free port). A ``GRPC://HOST:PORT`` entry of ``listeners`` stands for ``--listen``. Each Kafka listener's
 name maps to a security protocol through ``listener.security.protocol.map`` (Kafka's default map);
@@ -78,17 +78,17 @@ BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1),
     # KIP-854: idle producers' dedup state is dropped after this long (storage.producer_state).
     "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
-    # The Kafka listener (broker.network).
+    # The Kafka listener (broker.kafka.listener).
     "socket.request.max.bytes": ("socket_request_max_bytes", 1),
     "max.connections": ("max_connections", 1),
     "connections.max.idle.ms": ("connections_max_idle_ms", 1),
-    # pykraft's own: the rate limit of the refused-request log lines (broker.handlers.refusals).
+    # pykraft's own: the rate limit of the refused-request log lines (broker.kafka.handlers.refusals).
     "log.refused.requests.interval.ms": ("refused_requests_log_interval_ms", 1),
 }
 # Boolean broker settings: Kafka config name -> BrokerSettings field.
 BROKER_FLAGS: dict[str, str] = {
     "log.cleaner.enable": "log_cleaner_enable",
-    # Zero-copy fetch (broker.network): Fetch answers' records go from the segment files to the socket
+    # Zero-copy fetch (broker.kafka.listener): Fetch answers' records go from the segment files to the socket
     # with sendfile; false reads them into memory (to measure the difference, or to rule it out).
     "kafka.sendfile.enable": "sendfile_enable",
 }

@@ -16,7 +16,7 @@ Counted as events happen:
   partition's ISR with the one seen last in the same leader epoch; the broker calls it after every
   metadata update and AlterPartition answer. A new leadership starts a new baseline (not counted).
 
-The Kafka listener (``broker.network``, ``broker.handlers``), label ``api`` = Kafka's API name
+The Kafka listener (``broker.kafka.listener``, ``broker.kafka.handlers``), label ``api`` = Kafka's API name
 (``Produce``, ``Fetch``, ``Metadata``, ...):
 
 - ``pykraft_kafka_requests_total``, ``pykraft_kafka_request_latency_seconds`` (from the complete frame
@@ -51,8 +51,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from broker.group.coordinator import GroupCoordinator
-from broker.partition import Partition, Role
-from broker.replica_manager import ReplicaManager
+from broker.replica.partition import Partition, Role
+from broker.replica.replica_manager import ReplicaManager
 
 # Produce with acks=all and long-polling fetches wait up to seconds.
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -4,7 +4,7 @@ Startup, in order:
 1. serve AdminService (forwarded to the controllers, ``broker.admin_forwarder``) and health
    (NOT_SERVING until ready) on the gRPC ``--listen``, and the Kafka protocol — the whole data plane —
    on every Kafka listener (clients, and the other brokers' replica fetchers: replication is a Kafka
-   Fetch, ``broker.handlers.replica_fetch``);
+   Fetch, ``broker.kafka.handlers.replica_fetch``);
 2. register with the active controller (any controller forwards there) with a fresh incarnation id,
    getting a broker epoch (the offset of the registration record). The registration carries the
    cluster id of the data directory's ``meta.properties`` (``proto.meta_properties``; written from the
@@ -21,8 +21,8 @@ Startup, in order:
 
 Timers: the ISR check every ``replica.lag.time.max.ms / 2``, HW checkpoints every
 ``replica.high.watermark.checkpoint.interval.ms`` (written in a worker thread:
-``broker.checkpoint_writer``), retention every ``log.retention.check.interval.ms``,
-compaction every ``log.cleaner.backoff.ms`` (``broker.log_cleaner``),
+``broker.replica.checkpoint_writer``), retention every ``log.retention.check.interval.ms``,
+compaction every ``log.cleaner.backoff.ms`` (``broker.replica.log_cleaner``),
 flush.ms checks every ``log.flush.scheduler.interval.ms``, and one wake-up at the earliest purgatory
 deadline.
 ISR proposals go to the controller as AlterPartition, retried while they are still pending.
@@ -57,21 +57,21 @@ from typing import Any
 import grpc
 
 from broker.admin_forwarder import AdminForwarder
-from broker.checkpoint_writer import CheckpointWriter
 from broker.config import GRPC_LISTENER, BrokerConfig, BrokerConfigError, KafkaListenerSpec, config_from
-from broker.fetcher import FetcherConfig
-from broker.fetcher_driver import FetcherManager
+from broker.follower.fetcher import FetcherConfig
+from broker.follower.fetcher_driver import FetcherManager
 from broker.group.driver import GroupDriver, group_config_from
 from broker.group.lag import RemoteHighWatermarks
 from broker.group.offsets_topic import OffsetsTopic
-from broker.handlers.context import BrokerServices
-from broker.handlers.processor import RequestProcessor, build_handlers
-from broker.log_cleaner import LogCleanerDriver
+from broker.kafka.handlers.context import BrokerServices
+from broker.kafka.handlers.processor import RequestProcessor, build_handlers
+from broker.kafka.listener import KafkaListener, ListenerSettings
 from broker.metrics import BrokerMetrics
-from broker.network import KafkaListener, ListenerSettings
-from broker.partition import AlterPartitionProposal
-from broker.producer_ids import ProducerIdManager, controller_block_allocator
-from broker.replica_manager import ReplicaManager
+from broker.replica.checkpoint_writer import CheckpointWriter
+from broker.replica.log_cleaner import LogCleanerDriver
+from broker.replica.partition import AlterPartitionProposal
+from broker.replica.replica_manager import ReplicaManager
+from broker.txn.producer_ids import ProducerIdManager, controller_block_allocator
 from metadata.image import MetadataImage, MetadataReplayError
 from metadata.records import ConfigRecord, CorruptMetadataError, decode_batch
 from proto import (
@@ -229,7 +229,8 @@ class BrokerNode:
         self.producer_ids = ProducerIdManager(
             controller_block_allocator(self.controllers.call, config.node_id, lambda: self.broker_epoch)
         )
-        # The Kafka protocol (broker.network, broker.handlers): one listener per Kafka listener name.
+        # The Kafka protocol (broker.kafka.listener, broker.kafka.handlers): one listener per Kafka listener
+        # name.
         self.services = BrokerServices(
             config.node_id, self.manager, monotonic_ms, settings.request_timeout_ms, self.producer_ids,
             groups=self.groups, forward_admin=self.forward_admin, sendfile=settings.sendfile_enable,
@@ -358,12 +359,13 @@ class BrokerNode:
                 ),
                 name="producer-expiry",
             ),
-            asyncio.create_task(  # the refused-request lines' summary counts (broker.handlers.refusals)
+            asyncio.create_task(  # the refused-request lines' summary counts (broker.kafka.handlers.refusals)
                 self._every(self.services.refusals.flush_interval_s, self.services.refusals.flush),
                 name="refusal-log",
             ),
         ]
-        if settings.log_cleaner_enable:  # compaction passes run in a worker thread (broker.log_cleaner)
+        # compaction passes run in a worker thread (broker.replica.log_cleaner)
+        if settings.log_cleaner_enable:
             self.log_cleaner = LogCleanerDriver(lambda: self.manager.logs, settings.log_cleaner_backoff_ms)
             self._tasks.append(asyncio.create_task(self.log_cleaner.run(), name="log-cleaner"))
         for task in self._tasks:

@@ -75,7 +75,7 @@ _U32 = struct.Struct(">I")
 class AppendOrigin(enum.Enum):
     """Who appends on the leader (Kafka's ``AppendOrigin``): a client gets every check; the broker's own
     coordinators may write what clients may not (control batches; internal topics, see
-    ``broker.replica_manager``)."""
+    ``broker.replica.replica_manager``)."""
 
     CLIENT = "client"
     COORDINATOR = "coordinator"

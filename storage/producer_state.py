@@ -14,7 +14,7 @@ batch about to be appended (``check``), before anything is written, by Kafka's r
   sequence when it knows no epoch for the producer (also after retention or DeleteRecords removed
   its batches), so that an idle producer that comes back after its state expired is not refused;
   the batch starts a new window there. This is safe for pipelined requests because the listener processes one
-  connection's requests in arrival order (``broker.network``) and a client sends a partition's
+  connection's requests in arrival order (``broker.kafka.listener``) and a client sends a partition's
   batches on one connection in sequence order: a later batch never reaches the log before an
   earlier one of the same request stream. Kafka no longer answers ``UNKNOWN_PRODUCER_ID`` to a
   Produce (it did before KIP-360, for a first sequence other than 0); neither does pykraft.

@@ -1,5 +1,5 @@
 """The group coordinator of a data broker: Kafka's classic consumer-group protocol (Kafka's
-``kafka.coordinator.group``), served on the Kafka listener by ``broker.handlers.groups``.
+``kafka.coordinator.group``), served on the Kafka listener by ``broker.kafka.handlers.groups``.
 
 Modules, from the wire inwards:
 

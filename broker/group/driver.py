@@ -1,5 +1,5 @@
 """The asyncio driver of the sans-I/O ``broker.group.coordinator.GroupCoordinator`` on a data broker;
-the Kafka group APIs (``broker.handlers.groups``) call it.
+the Kafka group APIs (``broker.kafka.handlers.groups``) call it.
 
 The driver (``GroupDriver``) does the coordinator's I/O on the broker's event loop:
 
@@ -31,8 +31,8 @@ from typing import Any
 from broker.group.coordinator import Append, Effects, GroupConfig, GroupCoordinator
 from broker.group.metadata import OFFSETS_TOPIC
 from broker.group.record_serde import CorruptOffsetsRecordError, decode_batches, decode_record, encode_batch
-from broker.partition import ACKS_ALL
-from broker.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
+from broker.replica.partition import ACKS_ALL
+from broker.replica.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
 from metadata.image import MetadataImage
 from proto.errors import ErrorCode
 from proto.logfmt import log_event

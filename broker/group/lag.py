@@ -2,7 +2,7 @@
 not host, for the consumer-lag gauges (``broker.metrics``).
 
 Every ``interval_s`` (only while such partitions exist) one Kafka ListOffsets LATEST per leader broker
-(on its Kafka listener, over one kept connection per broker: ``broker.kafka_client``) asks for their
+(on its Kafka listener, over one kept connection per broker: ``broker.follower.kafka_client``) asks for their
 high watermarks; the answers replace ``high_watermarks`` as a whole (a partition that
 moved or failed simply drops out until the next round). Hosted partitions are not asked: the
 metrics read their HW from the local replica. Runs on the broker's event loop; calls are bounded by
@@ -16,9 +16,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from broker.follower.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.group.coordinator import GroupCoordinator
-from broker.kafka_client import KafkaConnection, KafkaConnectionError
-from broker.replica_manager import ReplicaManager
+from broker.replica.replica_manager import ReplicaManager
 from proto.kafka import messages as m
 from proto.kafka_types import NO_LEADER, TopicPartition
 from proto.logfmt import log_event

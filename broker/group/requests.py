@@ -1,5 +1,5 @@
 """Decoded group requests and responses for the sans-I/O group coordinator: the Kafka group handlers
-(``broker.handlers.groups``) turn the wire structs of any version into these and back, so the core
+(``broker.kafka.handlers.groups``) turn the wire structs of any version into these and back, so the core
 never sees a wire struct. ``error`` is a ``GroupError``: a Kafka error code and a message for logs.
 Requests carry only what the coordinator reads; ``client_host`` is added by the handler (the peer
 address).

@@ -1,5 +1,5 @@
 """docs/compatibility.md's table of served APIs is the code's: the keys the Kafka listener has a
-handler for (``broker.handlers.processor.HANDLER_MODULES``, what ApiVersions advertises) with the
+handler for (``broker.kafka.handlers.processor.HANDLER_MODULES``, what ApiVersions advertises) with the
 codec's version range (``proto.kafka.api.SUPPORTED_VERSIONS``) and first flexible version.
 
 When an API or a version is added, rewrite the table with
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from broker.handlers.processor import HANDLER_MODULES, api_name
+from broker.kafka.handlers.processor import HANDLER_MODULES, api_name
 from proto.kafka.api import SUPPORTED_VERSIONS, is_flexible
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"

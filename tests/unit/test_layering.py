@@ -1,4 +1,4 @@
-"""Import layering (DESIGN.md) and sans-I/O cores (STYLE.md), checked on the source with ``ast``.
+"""Import layering and sans-I/O cores (docs/architecture.md, "Import rules"), checked on the source.
 
 Arrows: pykraft, spark -> proto; broker -> storage, metadata (image only), proto; metadata -> raft,
 proto; raft -> proto; storage -> proto. Core modules never import I/O or call module-level random.
@@ -32,12 +32,12 @@ ENTRY_POINT_EXCEPTIONS = {"pykraft/cli.py", "pykraft/cluster.py", "pykraft/demo.
 IO_MODULES = {"asyncio", "grpc", "socket", "threading", "time", "os", "subprocess", "select", "selectors"}
 CORE_MODULES = [
     "raft/core.py",
-    "broker/partition.py",
-    "broker/fetcher.py",
-    "broker/fetch_session.py",
-    "broker/purgatory.py",
-    "broker/delayed_produce.py",
-    "broker/delayed_fetch.py",
+    "broker/replica/partition.py",
+    "broker/follower/fetcher.py",
+    "proto/kafka/fetch_session.py",
+    "broker/replica/purgatory.py",
+    "broker/replica/delayed_produce.py",
+    "broker/replica/delayed_fetch.py",
     "storage/producer_state.py",
     "storage/compaction.py",
     "broker/group/coordinator.py",
@@ -93,14 +93,15 @@ def test_cores_are_sans_io(rel: str) -> None:
 
 
 def test_replication_is_on_the_kafka_protocol() -> None:
-    """The replica fetcher dials the leader's Kafka listener (broker.kafka_client), not gRPC; the leader
+    """The replica fetcher dials the leader's Kafka listener (broker.follower.kafka_client), not gRPC; the
+    leader
     answers follower fetches in the Kafka Fetch handler; no ReplicaService is left to serve them."""
-    driver = imported_modules(ROOT / "broker/fetcher_driver.py")
-    assert "broker.kafka_client" in driver and "grpc" not in {name.split(".")[0] for name in driver}
+    driver = imported_modules(ROOT / "broker/follower/fetcher_driver.py")
+    assert "broker.follower.kafka_client" in driver and "grpc" not in {name.split(".")[0] for name in driver}
     assert not (ROOT / "proto/replica.proto").exists() and not (ROOT / "broker/replica_service.py").exists()
     users = [str(p.relative_to(ROOT)) for p in package_files() if "replica_pb2" in p.read_text()]
     assert not users, f"{users} use the retired gRPC ReplicaService"
-    assert "handle_replica_fetch" in (ROOT / "broker/handlers/fetch.py").read_text()
+    assert "handle_replica_fetch" in (ROOT / "broker/kafka/handlers/fetch.py").read_text()
 
 
 def test_groups_are_on_the_kafka_protocol() -> None:
@@ -114,7 +115,74 @@ def test_groups_are_on_the_kafka_protocol() -> None:
     assert not users, f"{users} use the retired gRPC GroupService"
     server = (ROOT / "broker/server.py").read_text()
     assert "GroupService" not in server and "pykraft.group" not in server
-    assert "handle_join_group" in (ROOT / "broker/handlers/groups.py").read_text()
+    assert "handle_join_group" in (ROOT / "broker/kafka/handlers/groups.py").read_text()
+
+
+# Inside broker/: the wings, each a sub-package with one job, and the node modules that wire them. A
+# wing may import only the wings listed for it (and itself); the Kafka front (broker/kafka) depends on the
+# wings, never the reverse; the node modules (top-level broker/*.py) may import everything. A new module
+# must sit in a wing or be added to NODE_MODULES here, on purpose.
+BROKER_WINGS: dict[str, set[str]] = {
+    "broker/replica": set(),  # hosted partitions, their logs, ISR/HW decisions, purgatories
+    "broker/follower": {"broker/replica"},  # the replica fetcher: fetches from leaders, appends locally
+    "broker/txn": {"broker/replica"},  # producer ids (and, to come, the transaction coordinator)
+    # the group coordinator; its lag metric asks leaders' end offsets with the follower's Kafka client
+    "broker/group": {"broker/replica", "broker/follower"},
+    "broker/metrics.py": {"broker/replica", "broker/follower", "broker/group", "broker/txn"},
+    "broker/kafka": {"broker/replica", "broker/follower", "broker/group", "broker/txn", "broker/metrics.py"},
+}
+NODE_MODULES = {"broker/__init__.py", "broker/cli.py", "broker/config.py", "broker/server.py",
+                "broker/admin_forwarder.py"}
+# Back-edges still being removed; each names why it exists. The list may only shrink.
+KNOWN_BACK_EDGES: set[tuple[str, str]] = {
+    # the replica manager applies the fetcher's actions (AppendRecords, TruncateTo, ...)
+    ("broker/replica/replica_manager.py", "broker/follower"),
+}
+
+
+def broker_wing_of(rel: str) -> str | None:
+    """The wing ``rel`` (a path under broker/, or a dotted ``broker.x.y`` module) belongs to."""
+    path = rel.replace(".", "/") if not rel.endswith(".py") else rel
+    for wing in BROKER_WINGS:
+        stem = wing.removesuffix(".py")
+        if path in (stem, wing) or path.startswith(stem + "/"):
+            return wing
+    return None
+
+
+def broker_files() -> list[Path]:
+    return sorted((ROOT / "broker").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", broker_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_broker_modules_sit_in_a_wing_and_import_only_down(path: Path) -> None:
+    rel = str(path.relative_to(ROOT))
+    wing = broker_wing_of(rel)
+    if wing is None:
+        assert rel in NODE_MODULES, (
+            f"{rel} is in no wing of broker/ ({sorted(BROKER_WINGS)}): put it in the wing whose job it "
+            "is, or add it to NODE_MODULES if it wires the broker together"
+        )
+        return
+    targets = {broker_wing_of(name) or name for name in imported_modules(path) if name.startswith("broker.")}
+    targets |= {w for w in BROKER_WINGS if f"from broker import {w.split('/')[1].removesuffix('.py')}"
+                in path.read_text()}
+    wrong = {
+        t for t in targets - BROKER_WINGS[wing] - {wing}
+        if t.startswith("broker/") and (rel, t) not in KNOWN_BACK_EDGES
+    }
+    node = {t for t in targets if t.startswith("broker.") or t in NODE_MODULES}
+    assert not wrong and not node, (
+        f"{rel} (wing {wing}) imports {sorted(wrong | node)}; {wing} may import only "
+        f"{sorted(BROKER_WINGS[wing])}"
+    )
+
+
+def test_known_back_edges_still_exist() -> None:
+    """An exception that is no longer needed is removed from KNOWN_BACK_EDGES, so the list only shrinks."""
+    for rel, wing in KNOWN_BACK_EDGES:
+        names = imported_modules(ROOT / rel)
+        assert any(broker_wing_of(n) == wing for n in names), f"{rel} no longer imports {wing}: drop it"
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -84,7 +84,7 @@ def test_produce_to_a_missing_topic_is_one_warn_line_per_client_and_error(cluste
     want = [("WARNING", "Produce", "UNKNOWN_TOPIC_OR_PARTITION", "no-such-topic", "0")]
     wait_for(lambda: refusals(cluster, 101, client) == want, DEADLINE_S, f"the WARN line of {client}")
     [line] = [x for x in log_lines(cluster, cluster.broker(101)) if x.get("client_id") == client]
-    assert line["client"].startswith("127.0.0.1:") and line["logger"] == "broker.handlers.refusals"
+    assert line["client"].startswith("127.0.0.1:") and line["logger"] == "broker.kafka.handlers.refusals"
 
 
 def test_repeats_are_counted_in_a_summary_line_once_the_interval_is_over(cluster: BrokerCluster) -> None:

@@ -1,6 +1,6 @@
 """Crash recovery with a real broker process: what was written under a larger max.message.bytes
 survives an unclean restart after the limit was lowered (issue 14, defect 2); the HW checkpoint —
-written every few seconds in the broker's checkpoint thread (``broker.checkpoint_writer``) and at a
+written every few seconds in the broker's checkpoint thread (``broker.replica.checkpoint_writer``) and at a
 graceful stop — is on disk and read back by the restarted broker.
 
 Kafka's ``LogSegment.recover`` checks the structure of what is on disk only (CRC, offsets, sizes within

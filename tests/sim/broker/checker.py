@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.fetcher import AppendRecords, FetchAction, TruncateFullyAndStartAt, TruncateTo
-from broker.partition import Partition, Role
-from broker.replica_requests import FetchResult
+from broker.follower.fetcher import AppendRecords, FetchAction, TruncateFullyAndStartAt, TruncateTo
+from broker.replica.partition import Partition, Role
+from broker.replica.replica_requests import FetchResult
 from metadata.image import PartitionRegistration
 from proto.errors import ErrorCode
 from proto.kafka_types import NO_LEADER

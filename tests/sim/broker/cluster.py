@@ -3,10 +3,11 @@
 Theory of operation. One ``random.Random(seed)`` and a virtual clock (``now_ms``, an event heap)
 drive everything; no wall time, no threads, no sockets. What runs is the real thing:
 
-- each broker is a real ``broker.replica_manager.ReplicaManager`` (``Partition``, purgatories,
+- each broker is a real ``broker.replica.replica_manager.ReplicaManager`` (``Partition``, purgatories,
   producer state) over real ``storage.log.Log`` files in its own directory (tmpfs when there is one),
-  with the sim's clock injected. Its follower side is the real ``broker.fetcher.ReplicaFetcher`` (and
-  through it ``broker.divergence``), driven here exactly as ``broker.fetcher_driver`` drives it;
+  with the sim's clock injected. Its follower side is the real ``broker.follower.fetcher.ReplicaFetcher`` (and
+  through it ``broker.replica.divergence``), driven here exactly as ``broker.follower.fetcher_driver`` drives
+  it;
 - the controller is the real ``metadata.controller.QuorumController``: registration, heartbeats,
   session expiry (fencing), AlterPartition, ElectLeaders and IncrementalAlterConfigs generate
   records, which are committed at once (the Raft quorum has its own simulation, tests/sim/raft) and
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.fetcher import (
+from broker.follower.fetcher import (
     FetchedPartition,
     FetcherConfig,
     FetchRequestPlan,
@@ -40,13 +41,13 @@ from broker.fetcher import (
     TruncateFullyAndStartAt,
     TruncateTo,
 )
-from broker.partition import ACKS_ALL, ACKS_LEADER, AlterPartitionProposal
-from broker.replica_manager import (
+from broker.replica.partition import ACKS_ALL, ACKS_LEADER, AlterPartitionProposal
+from broker.replica.replica_manager import (
     ProduceRequestPartition,
     ProduceResult,
     ReplicaManager,
 )
-from broker.replica_requests import FetchRequestPartition, FetchResult
+from broker.replica.replica_requests import FetchRequestPartition, FetchResult
 from metadata.api import (
     AlterableConfig,
     AlterConfigsResource,
@@ -781,7 +782,7 @@ class SimBroker:
 
 
 class SimFetchers:
-    """``broker.fetcher_driver.FetcherManager`` without asyncio: one ReplicaFetcher per leader, one
+    """``broker.follower.fetcher_driver.FetcherManager`` without asyncio: one ReplicaFetcher per leader, one
     request outstanding each, answers applied through the real ``ReplicaManager.apply_fetch_action``."""
 
     def __init__(self, broker: SimBroker) -> None:

@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import replace
 
-from broker.partition import ConsumerFetchResult, Partition
+from broker.replica.partition import ConsumerFetchResult, Partition
 from storage import log_loader
 from storage.log import Log
 from storage.segment import LogSegment

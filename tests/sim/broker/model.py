@@ -4,7 +4,8 @@ This is NOT the broker simulation: the seeded simulation runs the production cod
 (tests/sim/broker/cluster.py: the real ReplicaManager, Log files with crash emulation, and the real
 QuorumController). This harness keeps what the scenario tests need — deciding exactly which fetch
 answer is lost or which broker learns the metadata when — and drives the broker's pure cores
-(``Partition``, ``broker.divergence``, ``broker.fetcher``, ``broker.purgatory``) with a small stand-in
+(``Partition``, ``broker.replica.divergence``, ``broker.follower.fetcher``, ``broker.replica.purgatory``)
+with a small stand-in
 for the rest:
 
 - ``ReplicaLog``: an in-memory log (records, leader-epoch cache, HW checkpoint); a crash keeps it;
@@ -22,10 +23,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from broker import divergence
-from broker.delayed_produce import DelayedProduce, ProduceWait
-from broker.divergence import EpochEntry
-from broker.fetcher import (
+from broker.follower.fetcher import (
     AppendRecords,
     BackedOff,
     Fenced,
@@ -38,14 +36,17 @@ from broker.fetcher import (
     ReplicaFetcher,
     TruncateTo,
 )
-from broker.partition import (
+from broker.replica import divergence
+from broker.replica.delayed_produce import DelayedProduce, ProduceWait
+from broker.replica.divergence import EpochEntry
+from broker.replica.partition import (
     ACKS_ALL,
     AlterPartitionProposal,
     Partition,
     ProduceCheck,
     Role,
 )
-from broker.purgatory import DelayedOperationPurgatory
+from broker.replica.purgatory import DelayedOperationPurgatory
 from proto.errors import ErrorCode
 from proto.kafka_types import NO_EPOCH, NO_LEADER, TopicPartition
 

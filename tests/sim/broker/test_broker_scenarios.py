@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.partition import ACKS_LEADER
+from broker.replica.partition import ACKS_LEADER
 from tests.sim.broker.model import FETCHER_CONFIG, Cluster, heal
 
 pytestmark = pytest.mark.sim

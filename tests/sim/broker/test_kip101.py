@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.partition import ACKS_ALL, ACKS_LEADER, Partition, Role
-from broker.replica_manager import ReplicaManager
+from broker.replica.partition import ACKS_ALL, ACKS_LEADER, Partition, Role
+from broker.replica.replica_manager import ReplicaManager
 from proto.kafka_types import NO_LEADER
 from tests.sim.broker.checker import SimViolation, log_entries
 from tests.sim.broker.cluster import PARTITION, Sim, SimOptions

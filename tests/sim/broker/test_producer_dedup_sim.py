@@ -2,7 +2,7 @@
 
 One idempotent producer sends numbered batches to one partition with up to 5 unacknowledged batches
 (Kafka's max.in.flight with idempotence). The network is Kafka's: a connection delivers requests in
-the order sent and the broker processes one connection's requests in that order (broker.network),
+the order sent and the broker processes one connection's requests in that order (broker.kafka.listener),
 answering in order. A connection breaks (a lost link, a request timeout, a leader failover): the
 client stops reading it and resends every unacknowledged batch, oldest first, on a new connection,
 while requests still queued on the broken one may yet be processed (interleaved with the new ones)

@@ -1,4 +1,5 @@
-"""Leader-epoch arithmetic (broker/divergence.py): KIP-101, KIP-279, KIP-595 as Kafka implements them."""
+"""Leader-epoch arithmetic (broker/replica/divergence.py): KIP-101, KIP-279, KIP-595 as Kafka implements
+them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import divergence as d
-from broker.divergence import UNDEFINED, EpochEndOffset, EpochEntry, TruncationState
+from broker.replica import divergence as d
+from broker.replica.divergence import UNDEFINED, EpochEndOffset, EpochEntry, TruncationState
 from storage.epoch_cache import LeaderEpochCache
 
 
@@ -177,7 +178,7 @@ OPERATIONS = st.lists(
 def test_pure_cache_rules_equal_the_storage_cache(
     operations: list[tuple], requests: list[int], leo: int
 ) -> None:
-    """The simulator's pure cache (broker.divergence) behaves exactly like storage's on-disk
+    """The simulator's pure cache (broker.replica.divergence) behaves exactly like storage's on-disk
     LeaderEpochCache: same entries after any history, same end_offset_for answers."""
     with tempfile.TemporaryDirectory() as tmp:
         disk = LeaderEpochCache(Path(tmp))

@@ -1,11 +1,11 @@
-"""The follower's fetch state towards one leader (broker/fetcher.py): requests, actions, stale answers."""
+"""The follower's fetch state towards one leader (broker/follower/fetcher.py): requests, actions, stale
+answers."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.divergence import EpochEndOffset, EpochEntry
-from broker.fetcher import (
+from broker.follower.fetcher import (
     AppendRecords,
     BackedOff,
     Fenced,
@@ -17,6 +17,7 @@ from broker.fetcher import (
     TruncateFullyAndStartAt,
     TruncateTo,
 )
+from broker.replica.divergence import EpochEndOffset, EpochEntry
 from proto.errors import ErrorCode
 
 TP, TP2 = ("t", 0), ("t", 1)

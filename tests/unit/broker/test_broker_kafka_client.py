@@ -1,4 +1,4 @@
-"""broker.kafka_client: answers matched to requests by correlation id, in request order; a stream out
+"""broker.follower.kafka_client: answers matched to requests by correlation id, in request order; a stream out
 of step, a timeout or a dropped connection fails every waiting request and closes the connection, so
 a late answer is never taken for a later request's."""
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.kafka_client import KafkaConnection, KafkaConnectionError
+from broker.follower.kafka_client import KafkaConnection, KafkaConnectionError
 from proto.kafka import messages as m
 from proto.kafka.api import RequestHeader, encode_response, parse_request
 

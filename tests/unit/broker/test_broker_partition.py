@@ -1,4 +1,5 @@
-"""The Partition core (broker/partition.py): HW/LEO, ISR with pending changes, epochs, acks=all admission."""
+"""The Partition core (broker/replica/partition.py): HW/LEO, ISR with pending changes, epochs, acks=all
+admission."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.divergence import EpochEndOffset, EpochEntry
-from broker.partition import (
+from broker.replica.divergence import EpochEndOffset, EpochEntry
+from broker.replica.partition import (
     ACKS_ALL,
     ACKS_LEADER,
     ACKS_NONE,

@@ -1,14 +1,15 @@
-"""The generic purgatory (broker/purgatory.py) with its two operations, delayed produce and delayed
-fetch (broker/delayed_produce.py, broker/delayed_fetch.py), through real Partition checks where they apply."""
+"""The generic purgatory (broker/replica/purgatory.py) with its two operations, delayed produce and delayed
+fetch (broker/replica/delayed_produce.py, broker/replica/delayed_fetch.py), through real Partition checks
+where they apply."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.delayed_fetch import DelayedFetch, FetchReadiness
-from broker.delayed_produce import DelayedProduce, ProduceOutcome, ProduceWait
-from broker.partition import Partition, ProduceCheck
-from broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from broker.replica.delayed_fetch import DelayedFetch, FetchReadiness
+from broker.replica.delayed_produce import DelayedProduce, ProduceOutcome, ProduceWait
+from broker.replica.partition import Partition, ProduceCheck
+from broker.replica.purgatory import DelayedOperation, DelayedOperationPurgatory
 from proto.errors import ErrorCode
 
 T0, T1 = ("t", 0), ("t", 1)

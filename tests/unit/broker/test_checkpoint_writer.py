@@ -1,4 +1,5 @@
-"""broker.checkpoint_writer: the periodic HW / log start / recovery point checkpoints are written in one
+"""broker.replica.checkpoint_writer: the periodic HW / log start / recovery point checkpoints are written in
+one
 worker thread, so a slow fsync never stalls the event loop; failures are logged and retried; stopping
 waits for the write in flight and leaves no thread behind."""
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import storage.checkpoint
-from broker.checkpoint_writer import THREAD_NAME_PREFIX, CheckpointWriter
+from broker.replica.checkpoint_writer import THREAD_NAME_PREFIX, CheckpointWriter
 from storage.checkpoint import OffsetCheckpoint
 from storage.clock import wall_clock_ms
 from storage.config import LogConfig
@@ -106,7 +107,7 @@ def test_a_failed_write_is_logged_at_error_and_retried_at_the_next_round(
 
     monkeypatch.setattr(storage.checkpoint, "write_atomically", full_disk_once)
     try:
-        with caplog.at_level(logging.INFO, logger="broker.checkpoint_writer"):
+        with caplog.at_level(logging.INFO, logger="broker.replica.checkpoint_writer"):
             assert asyncio.run(writer.write_round()) == 0
             errors = [r for r in caplog.records if r.levelno == logging.ERROR]
             assert [r.msg for r in errors] == ["checkpoint_write_failed"]
@@ -134,7 +135,7 @@ def test_a_write_failing_because_its_log_went_away_is_not_an_error(
 
     monkeypatch.setattr(storage.checkpoint, "write_atomically", log_removed_meanwhile)
     try:
-        with caplog.at_level(logging.INFO, logger="broker.checkpoint_writer"):
+        with caplog.at_level(logging.INFO, logger="broker.replica.checkpoint_writer"):
             assert asyncio.run(writer.write_round()) == 0
         assert [r.levelno for r in caplog.records if r.msg == "checkpoint_write_abandoned"] == [logging.INFO]
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -1,4 +1,4 @@
-"""KIP-227 incremental fetch sessions (broker.fetch_session): the leader's cache and the follower's
+"""KIP-227 incremental fetch sessions (proto.kafka.fetch_session): the leader's cache and the follower's
 handler, each alone and the two talking to each other."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from broker.fetch_session import (
+from proto.errors import ErrorCode
+from proto.kafka.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     NO_SESSION_ID,
@@ -16,7 +17,6 @@ from broker.fetch_session import (
     PartitionFetchRequest,
     SentPartitionState,
 )
-from proto.errors import ErrorCode
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 FOLLOWER = 102

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
-from broker.replica_manager import (
+from broker.follower.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
+from broker.replica.replica_manager import (
     ProduceRequestPartition,
     ReplicaManager,
 )
-from broker.replica_requests import FetchRequestPartition, FetchResult
+from broker.replica.replica_requests import FetchRequestPartition, FetchResult
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from proto.errors import ErrorCode

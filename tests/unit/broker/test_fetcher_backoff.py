@@ -11,9 +11,9 @@ import logging
 import struct
 from collections.abc import Callable
 
-from broker.divergence import EpochEntry
-from broker.fetcher import FetcherConfig, LocalLogView, TruncateTo
-from broker.fetcher_driver import FetcherManager
+from broker.follower.fetcher import FetcherConfig, LocalLogView, TruncateTo
+from broker.follower.fetcher_driver import FetcherManager
+from broker.replica.divergence import EpochEntry
 from proto import errors
 from proto.kafka import messages as m
 from proto.kafka.api import encode_response, parse_request
@@ -128,7 +128,7 @@ def test_divergence_without_progress_warns_once_and_backs_off(caplog) -> None:
     (logfmt event ``divergence_no_progress``) for the whole streak, not one per round."""
     leader, log = FakeLeader(diverging_answer), StuckLog()
     config = FetcherConfig(max_wait_ms=500, fetch_backoff_ms=BACKOFF_MS)
-    with caplog.at_level(logging.INFO, logger="broker.fetcher_driver"):
+    with caplog.at_level(logging.INFO, logger="broker.follower.fetcher_driver"):
         asyncio.run(leader.run_follower(config, log, lambda fm: fm.add_partition(101, TP, 10, 5, 6)))
     assert log.truncations >= 3, f"the follower retried only {log.truncations} time(s) in {RUN_S} s"
     assert leader.requests <= RUN_S * 1000 / BACKOFF_MS + 3, f"{leader.requests} fetch rounds in {RUN_S} s"

@@ -1,12 +1,12 @@
-"""FetcherManager bookkeeping (broker.fetcher_driver): one driver per leader, moved partitions, and a
+"""FetcherManager bookkeeping (broker.follower.fetcher_driver): one driver per leader, moved partitions, and a
 partition the fetcher dropped by itself (FENCED_LEADER_EPOCH) removed later without error."""
 
 from __future__ import annotations
 
 import asyncio
 
-from broker.fetcher import FetcherConfig
-from broker.fetcher_driver import FetcherManager
+from broker.follower.fetcher import FetcherConfig
+from broker.follower.fetcher_driver import FetcherManager
 
 A, B = ("t", 0), ("t", 1)
 

@@ -28,7 +28,7 @@ from broker.group.record_serde import (
     encode_record,
 )
 from broker.metrics import BrokerMetrics
-from broker.partition import Role
+from broker.replica.partition import Role
 from proto.kafka import codec
 from tests.kafka_call import kafka_string
 

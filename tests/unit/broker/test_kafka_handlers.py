@@ -1,4 +1,4 @@
-"""The Kafka request processor and handlers (broker.handlers) over a real ReplicaManager: frames in,
+"""The Kafka request processor and handlers (broker.kafka.handlers) over a real ReplicaManager: frames in,
 frames out, as the listener sees them. One broker (101) leads ``t-0``; broker 102 leads ``other-0``.
 
 Rules under test: KIP-511 (an unsupported ApiVersions version is answered in v0 with ApiVersions'
@@ -19,12 +19,11 @@ import crc32c
 import pytest
 from prometheus_client import CollectorRegistry
 
-from broker.handlers.context import BrokerServices
-from broker.handlers.processor import RequestProcessor, build_handlers
-from broker.handlers.topic_ids import uuid_of
+from broker.kafka.handlers.context import BrokerServices
+from broker.kafka.handlers.processor import RequestProcessor, build_handlers
+from broker.kafka.listener import NO_RESPONSE, Close
 from broker.metrics import KafkaRequestMetrics
-from broker.network import NO_RESPONSE, Close
-from broker.replica_manager import ReplicaManager
+from broker.replica.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.records import (
     ClusterIdRecord,
@@ -39,6 +38,7 @@ from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_request, parse_response
 from proto.kafka.codec import FrameParts
+from proto.kafka.topic_ids import uuid_of
 from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch, decode_records
 

@@ -1,4 +1,4 @@
-"""broker.latency_trace: off unless PYKRAFT_LATENCY_TRACE names a directory; on, the events a process
+"""proto.runtime.latency_trace: off unless PYKRAFT_LATENCY_TRACE names a directory; on, the events a process
 recorded are written there when it exits, one ``ns<TAB>name<TAB>detail`` line each, in order, with
 CLOCK_MONOTONIC nanoseconds (the clock a benchmark's ``time.monotonic_ns()`` shares)."""
 
@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from broker.latency_trace import TRACE_ENV
+from proto.runtime.latency_trace import TRACE_ENV
 
 SCRIPT = """
-from broker import latency_trace
+from proto.runtime import latency_trace
 assert latency_trace.ENABLED
 latency_trace.event("request_in", "Produce rdkafka")
 latency_trace.event("response_out", "Produce rdkafka", at_ns=12345)
@@ -42,6 +42,6 @@ def test_events_are_written_at_exit_with_the_shared_monotonic_clock(tmp_path: Pa
 
 def test_off_without_the_variable() -> None:
     env = {k: v for k, v in os.environ.items() if k != TRACE_ENV}
-    done = run("from broker import latency_trace; print(latency_trace.ENABLED)", env)
+    done = run("from proto.runtime import latency_trace; print(latency_trace.ENABLED)", env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.replica_requests import FetchRequestPartition
+from broker.replica.replica_requests import FetchRequestPartition
 from metadata.records import PartitionChangeRecord, PartitionRecord, TopicRecord
 from proto.errors import ErrorCode
 from proto.kafka import messages as m

@@ -1,4 +1,5 @@
-"""broker.log_cleaner: the broker's compaction rounds (plan on the loop, clean in a thread, swap, finalize)
+"""broker.replica.log_cleaner: the broker's compaction rounds (plan on the loop, clean in a thread, swap,
+finalize)
 and its settings (log.cleaner.backoff.ms, log.cleaner.enable)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfigError, parse_overrides
-from broker.log_cleaner import LogCleanerDriver
+from broker.replica.log_cleaner import LogCleanerDriver
 from storage import cleaner
 from storage.clock import wall_clock_ms
 from storage.config import LogConfig

@@ -1,4 +1,4 @@
-"""broker.log_manager.LogManager's log lifecycle on a real directory: a deleted replica's directory is
+"""broker.replica.log_manager.LogManager's log lifecycle on a real directory: a deleted replica's directory is
 renamed before it is removed, so a topic re-created under the same name starts empty even when the
 removal fails (Kafka's ``<dir>.<id>-delete``), and a failed removal is logged at ERROR."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.log_manager import LogManager
+from broker.replica.log_manager import LogManager
 from proto.kafka_types import TopicPartition
 from storage.record_batch import build_batch
 
@@ -45,7 +45,7 @@ def test_a_failed_removal_is_logged_and_the_old_records_never_come_back(
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(shutil, "rmtree", fail)
-    with caplog.at_level(logging.ERROR, logger="broker.log_manager"):
+    with caplog.at_level(logging.ERROR, logger="broker.replica.log_manager"):
         m.remove_log(TP, delete=True)
     [record] = caplog.records
     assert record.getMessage() == "log_delete_failed" and isinstance(record.exc_info[1], PermissionError)

@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.metrics import BrokerMetrics
-from broker.partition import Partition
+from broker.replica.partition import Partition
 
 LOCAL = 1
 

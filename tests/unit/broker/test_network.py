@@ -1,4 +1,4 @@
-"""The Kafka listener's framing, ordering and limits (broker.network), with a scripted processor.
+"""The Kafka listener's framing, ordering and limits (broker.kafka.listener), with a scripted processor.
 
 Frames here are ``size | api_key int16 | version int16 | correlation id int32 | body``; the fake
 processor answers ``correlation id | body`` after the delay the body names, so each test controls
@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from broker.network import NO_RESPONSE, Close, KafkaListener, ListenerSettings
+from broker.kafka.listener import NO_RESPONSE, Close, KafkaListener, ListenerSettings
 
 DEADLINE_S = 5.0
 
@@ -185,7 +185,7 @@ def test_bad_input_closes_that_connection_only(data, event, caplog):
         writer.close()
         await listener.close()
 
-    with caplog.at_level(logging.INFO, logger="broker.network"):
+    with caplog.at_level(logging.INFO, logger="broker.kafka.listener"):
         run(main())
     assert any(event in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
 

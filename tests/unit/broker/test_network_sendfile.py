@@ -1,4 +1,4 @@
-"""Zero-copy fetch in the Kafka listener (broker.network): answers made of parts — bytes and file
+"""Zero-copy fetch in the Kafka listener (broker.kafka.listener): answers made of parts — bytes and file
 slices sent with os.sendfile — arrive byte for byte as their in-memory encoding, in request order,
 and a client that goes away mid-send ends only its own connection.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from broker.kafka.listener import DEFAULT_SENDFILE_MIN_BYTES, KafkaListener, ListenerSettings
 from broker.metrics import KafkaRequestMetrics
-from broker.network import DEFAULT_SENDFILE_MIN_BYTES, KafkaListener, ListenerSettings
 from proto.kafka.codec import FrameParts, ResponseParts, write_nullable_records
 from storage.file_slice import FileSlice
 from tests.unit.broker.test_network import DEADLINE_S, Metrics, connect, eventually, frame, read_answer
@@ -172,7 +172,7 @@ def test_pipelined_answers_of_parts_and_bytes_keep_request_order(data_file) -> N
 
 def test_a_client_closing_mid_sendfile_ends_only_its_connection(data_file, caplog) -> None:
     path, data = data_file
-    caplog.set_level(logging.INFO, logger="broker.network")
+    caplog.set_level(logging.INFO, logger="broker.kafka.listener")
 
     async def main():
         listener, processor = await start(path)

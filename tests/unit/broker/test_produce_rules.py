@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.replica_manager import ProduceRequestPartition
+from broker.replica.replica_manager import ProduceRequestPartition
 from metadata.records import PartitionRecord, TopicRecord
 from proto.errors import ErrorCode
 from proto.kafka import messages as m

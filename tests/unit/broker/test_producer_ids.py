@@ -1,4 +1,5 @@
-"""broker.producer_ids: ids come from controller-allocated blocks, one by one, a new block when used up."""
+"""broker.txn.producer_ids: ids come from controller-allocated blocks, one by one, a new block when used
+up."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 
 import pytest
 
-from broker.producer_ids import FIRST_PRODUCER_EPOCH, ProducerIdManager, ProducerIdUnavailableError
+from broker.txn.producer_ids import FIRST_PRODUCER_EPOCH, ProducerIdManager, ProducerIdUnavailableError
 from proto.errors import ErrorCode
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfigError, BrokerSettings, config_from, parse_overrides
-from broker.replica_manager import ProduceRequestPartition, ReplicaManager
+from broker.replica.replica_manager import ProduceRequestPartition, ReplicaManager
 from metadata.records import PartitionChangeRecord
 from proto.errors import ErrorCode
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
-from broker.replica_manager import (
+from broker.follower.fetcher import FetchedPartition, FetcherConfig, ReplicaFetcher
+from broker.replica.replica_manager import (
     ProduceRequestPartition,
     ReplicaManager,
 )
-from broker.replica_requests import FetchRequestPartition
+from broker.replica.replica_requests import FetchRequestPartition
 from metadata.image import MetadataImage
 from metadata.records import (
     BrokerRegistrationChangeRecord,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.replica_manager import ProduceRequestPartition
+from broker.replica.replica_manager import ProduceRequestPartition
 from metadata.records import PartitionChangeRecord
 from proto.errors import ErrorCode
 from storage.record_batch import build_batch

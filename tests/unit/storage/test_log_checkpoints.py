@@ -17,7 +17,7 @@ import pytest
 from storage_log_helpers import FakeClock, filled, log_factory, make_batch
 
 import storage.checkpoint
-from broker.log_manager import LogManager
+from broker.replica.log_manager import LogManager
 from storage.checkpoint import OffsetCheckpoint
 from storage.log_loader import HIGH_WATERMARK_FILE, RECOVERY_POINT_FILE
 

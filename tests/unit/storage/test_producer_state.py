@@ -42,7 +42,7 @@ HISTORY = (b(0, 2), b(2, 3), b(5, 1))  # offsets 0-1, 2-4, 5
         ((), b(0), APPEND),
         # Kafka (>= 2.5, KIP-360) accepts any first sequence from a producer it knows no epoch of (its
         # state expired, or it is new): this used to be UNKNOWN_PRODUCER_ID while gRPC could reorder
-        # requests; one connection's requests now reach the log in order (broker.network).
+        # requests; one connection's requests now reach the log in order (broker.kafka.listener).
         ((), b(42), APPEND),
         ((), b(42, epoch=3), APPEND),
         (HISTORY, b(6), APPEND),

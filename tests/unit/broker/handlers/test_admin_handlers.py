@@ -1,4 +1,4 @@
-"""The admin handlers (broker.handlers.admin): what they forward to the controller and how they turn its
+"""The admin handlers (broker.kafka.handlers.admin): what they forward to the controller and how they turn its
 answer (or its absence) into Kafka's response, through the codec at the version under test.
 
 The controller is a stand-in that records the gRPC requests and answers from a script; DeleteRecords
@@ -13,10 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.handlers import admin
-from broker.handlers.context import BrokerServices, RequestContext
-from broker.handlers.topic_ids import uuid_of
-from broker.replica_manager import ProduceRequestPartition, ReplicaManager
+from broker.kafka.handlers import admin
+from broker.kafka.handlers.context import BrokerServices, RequestContext
+from broker.replica.replica_manager import ProduceRequestPartition, ReplicaManager
 from metadata.image import MetadataImage
 from metadata.records import ClusterIdRecord, Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from proto import admin_pb2, common_pb2
@@ -30,6 +29,7 @@ from proto.kafka.api import (
     parse_request,
     parse_response,
 )
+from proto.kafka.topic_ids import uuid_of
 from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 

@@ -1,4 +1,4 @@
-"""The group handlers (broker.handlers.groups) over the real group coordinator and its driver, with a
+"""The group handlers (broker.kafka.handlers.groups) over the real group coordinator and its driver, with a
 replica manager stand-in that appends ``__consumer_offsets`` records at once. Every request goes
 through the codec (encode, parse, handle, encode the answer, parse it) at the version under test.
 
@@ -21,9 +21,9 @@ from broker.group.coordinator import GroupConfig
 from broker.group.driver import GroupDriver
 from broker.group.metadata import OFFSETS_TOPIC, partition_for
 from broker.group.offsets_topic import OffsetsTopic
-from broker.handlers import groups
-from broker.handlers.context import BrokerServices, RequestContext
-from broker.replica_manager import ProduceResult
+from broker.kafka.handlers import groups
+from broker.kafka.handlers.context import BrokerServices, RequestContext
+from broker.replica.replica_manager import ProduceResult
 from metadata.image import MetadataImage
 from metadata.records import (
     Endpoint,

@@ -1,4 +1,4 @@
-"""broker.handlers.refusals through the request processor: every refused request is logged at WARN
+"""broker.kafka.handlers.refusals through the request processor: every refused request is logged at WARN
 with the client (address, client.id), the API, the partition and the error name, once per client and
 error per interval, then a summary count; a handler that raises is logged at ERROR with its traceback.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.handlers.context import Later, RequestContext
-from broker.handlers.refusals import RefusalLog, ResponseError, _plan, response_errors
+from broker.kafka.handlers.context import Later, RequestContext
+from broker.kafka.handlers.refusals import RefusalLog, ResponseError, _plan, response_errors
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey, RequestHeader
@@ -22,7 +22,7 @@ from proto.logfmt import LogfmtFormatter
 from tests.unit.broker.test_kafka_handlers import TOPIC_ID, Broker, fetch, produce
 
 INTERVAL_MS = 60_000
-LOGGER = "broker.handlers.refusals"
+LOGGER = "broker.kafka.handlers.refusals"
 
 
 def lines(caplog: pytest.LogCaptureFixture, logger: str = LOGGER) -> list[dict[str, str]]:
@@ -132,7 +132,7 @@ def test_a_handler_that_raises_is_logged_at_error_with_its_traceback(
     caplog.set_level(logging.INFO)
     with pytest.raises(KeyError):
         broker.call(ApiKey.METADATA, 12, m.MetadataRequest(topics=None))
-    [line] = lines(caplog, "broker.handlers.processor")
+    [line] = lines(caplog, "broker.kafka.handlers.processor")
     fields = ("level", "event", "client", "client_id", "api", "version")
     want = ("ERROR", "request_crashed", "127.0.0.1:1", "test", "Metadata", "12")
     assert tuple(line[f] for f in fields) == want
@@ -149,7 +149,7 @@ def test_an_awaited_answer_that_fails_is_logged_at_error(
     caplog.set_level(logging.INFO)
     with pytest.raises(RuntimeError):
         broker.call(ApiKey.METADATA, 12, m.MetadataRequest(topics=None))
-    assert [(x["level"], x["event"]) for x in lines(caplog, "broker.handlers.processor")] == [
+    assert [(x["level"], x["event"]) for x in lines(caplog, "broker.kafka.handlers.processor")] == [
         ("ERROR", "request_crashed")
     ]
 
@@ -180,7 +180,7 @@ def test_a_later_answer_is_finished_once_its_future_is_done_and_a_failing_finish
     caplog.set_level(logging.INFO)
     with pytest.raises(RuntimeError):
         broker.call(ApiKey.METADATA, 12, m.MetadataRequest(topics=None))
-    assert [(x["level"], x["event"]) for x in lines(caplog, "broker.handlers.processor")] == [
+    assert [(x["level"], x["event"]) for x in lines(caplog, "broker.kafka.handlers.processor")] == [
         ("ERROR", "request_crashed")
     ]
 

@@ -1,4 +1,4 @@
-"""Fetch from a follower broker on the Kafka listener (broker.handlers.replica_fetch): fencing by
+"""Fetch from a follower broker on the Kafka listener (broker.kafka.handlers.replica_fetch): fencing by
 replica set and broker epoch (KIP-903), the diverging epoch (KIP-595 / Fetch v12+), the HW in every
 answer, the acks=all produce completed by the fetch that moves the HW, and KIP-227 sessions."""
 
@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from broker.fetch_session import FetchSessionCache
-from broker.handlers.context import BrokerServices
-from broker.handlers.processor import RequestProcessor, build_handlers
-from broker.handlers.topic_ids import uuid_of
+from broker.kafka.handlers.context import BrokerServices
+from broker.kafka.handlers.processor import RequestProcessor, build_handlers
 from broker.metrics import KafkaRequestMetrics
-from broker.replica_manager import ProduceRequestPartition, ReplicaManager
+from broker.replica.replica_manager import ProduceRequestPartition, ReplicaManager
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
+from proto.kafka.fetch_session import FetchSessionCache
+from proto.kafka.topic_ids import uuid_of
 from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 
