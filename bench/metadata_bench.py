@@ -43,7 +43,7 @@ from metadata.api import BrokerHeartbeatRequest, NewTopic, RegisterBrokerRequest
 from metadata.controller import ControllerConfig, QuorumController  # noqa: E402
 from metadata.records import encode_batch  # noqa: E402
 from proto import admin_pb2, controller_pb2, controller_pb2_grpc, metadata_pb2, raft_pb2, raft_pb2_grpc  # noqa: E402
-from proto.listeners import Started, pick_ports, start_on_picked_ports  # noqa: E402
+from proto.runtime.listeners import Started, pick_ports, start_on_picked_ports  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 
 ENTRY_BYTES = 100

@@ -49,7 +49,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, To
 from confluent_kafka.admin import AdminClient as KafkaAdminClient  # noqa: E402
 
 from proto.kafka import messages as m  # noqa: E402
-from proto.listeners import pick_ports  # noqa: E402
+from proto.runtime.listeners import pick_ports  # noqa: E402
 from pykraft.admin import AdminClient  # noqa: E402
 from pykraft.cluster import LocalCluster  # noqa: E402
 from storage.record_batch import build_batch  # noqa: E402
@@ -378,7 +378,7 @@ class NatsCluster:
     def __init__(self, binary: str, work: Path) -> None:
         self.binary = binary
         self.work = work
-        # nats-server reports no bound port: picked outside the ephemeral range (proto.listeners);
+        # nats-server reports no bound port: picked outside the ephemeral range (proto.runtime.listeners);
         # one another process took makes that server exit (its log, nats-N.log, says so).
         self.client_ports = pick_ports(3)
         self.cluster_ports = pick_ports(3)

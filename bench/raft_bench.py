@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from proto.listeners import Started, pick_ports, start_on_picked_ports  # noqa: E402
+from proto.runtime.listeners import Started, pick_ports, start_on_picked_ports  # noqa: E402
 
 ENTRY_BYTES = 100
 ELECTION_TIMEOUT_MS = 300  # pykraft randomizes in [300, 600) ms
@@ -122,7 +122,7 @@ class PykraftClient:
         import grpc
 
         from proto import raft_pb2, raft_pb2_grpc
-        from proto.serving import GRPC_OPTIONS
+        from proto.runtime.serving import GRPC_OPTIONS
 
         self.pb = raft_pb2
         self.channels = {i: grpc.aio.insecure_channel(a, options=GRPC_OPTIONS) for i, a in addresses.items()}

@@ -21,8 +21,8 @@ defaults of topic configs (``min.insync.replicas``, ``max.message.bytes``, ...: 
 no override). The local launcher passes the same overrides to every process, so keys that belong to
 the controllers (``metadata.server.OVERRIDES``, listed in ``CONTROLLER_KEYS``) are accepted and ignored;
 any other key is refused with a message naming it (``BrokerConfigError``). The same settings come
-from ``--config-file`` and ``PYKRAFT_<NAME>`` environment variables (``proto.settings``: flags >
-environment > file > defaults). ``--metrics-port`` serves Prometheus metrics (``proto.metrics``).
+from ``--config-file`` and ``PYKRAFT_<NAME>`` environment variables (``proto.runtime.settings``: flags >
+environment > file > defaults). ``--metrics-port`` serves Prometheus metrics (``proto.runtime.metrics``).
 
 This module is light (argparse and dataclasses only) so that ``pykraft --help`` stays fast.
 """
@@ -35,7 +35,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from proto.settings import (
+from proto.runtime.settings import (
     ADVERTISED_LISTENERS,
     IDENTITY_FLAGS,
     NON_ROUTABLE_HOSTS,
@@ -139,7 +139,7 @@ GRPC_LISTENER = "GRPC"
 DEFAULT_KAFKA_LISTENER = "PLAINTEXT"
 DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
-# proto.metrics' names (not imported: prometheus-client is slow to import)
+# proto.runtime.metrics' names (not imported: prometheus-client is slow to import)
 METRICS_OFF = -1
 METRICS_HOST = "127.0.0.1"
 METRICS_HOST_SETTING = "--metrics-host"

@@ -7,7 +7,7 @@ Startup, in order:
    Fetch, ``broker.kafka.handlers.replica_fetch``);
 2. register with the active controller (any controller forwards there) with a fresh incarnation id,
    getting a broker epoch (the offset of the registration record). The registration carries the
-   cluster id of the data directory's ``meta.properties`` (``proto.meta_properties``; written from the
+   cluster id of the data directory's ``meta.properties`` (``proto.runtime.meta_properties``; written from the
    first metadata that has one): a directory of another cluster is refused with
    INCONSISTENT_CLUSTER_ID and the broker exits 2, as Kafka's does;
 3. follow the committed metadata log as an observer (``FetchMetadata`` from any controller: a snapshot,
@@ -32,11 +32,11 @@ the broker leads nothing (its leaderships moved away while it kept following), t
 logs are checkpointed and closed, and the process exits 0. Restarting on the same data directory
 recovers the logs (``storage.log``) and rejoins: the leader's diverging epoch decides any truncation.
 
-The process writes its ready file (``proto.ready_file``: its listeners' ports and metrics URL) with
+The process writes its ready file (``proto.runtime.ready_file``: its listeners' ports and metrics URL) with
 state ``listening`` as soon as it serves, and ``ready`` once it is registered; its log carries no
 handshake lines. ``--listen HOST:0`` lets the kernel pick the port; the broker then registers the port
 it got. A bad flag, or a port another process serves, exits 2 with one line on
-stderr naming it (``proto.listeners``).
+stderr naming it (``proto.runtime.listeners``).
 """
 
 from __future__ import annotations
@@ -81,26 +81,26 @@ from proto import (
     controller_pb2,
     controller_pb2_grpc,
     metadata_pb2,
-    ready_file,
 )
 from proto.errors import ErrorCode
-from proto.listeners import (
+from proto.runtime import ready_file
+from proto.runtime.listeners import (
     SERVER_OPTIONS,
     ListenerError,
     add_grpc_listener,
     check_bindable,
     listener_error,
 )
-from proto.logfmt import configure_logging, log_event
-from proto.meta_properties import (
+from proto.runtime.logfmt import configure_logging, log_event
+from proto.runtime.meta_properties import (
     InconsistentClusterIdError,
     MetaPropertiesError,
     read_cluster_id,
     record_cluster_id,
 )
-from proto.metrics import MetricsEndpoint, serve_metrics
-from proto.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
-from proto.settings import check_data_dir
+from proto.runtime.metrics import MetricsEndpoint, serve_metrics
+from proto.runtime.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
+from proto.runtime.settings import check_data_dir
 from storage.clock import wall_clock_ms
 
 log = logging.getLogger(__name__)
@@ -665,7 +665,7 @@ async def serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await node.bind()
-    # What a launcher waits for when it asked for port 0 (proto.ready_file); before registration,
+    # What a launcher waits for when it asked for port 0 (proto.runtime.ready_file); before registration,
     # which needs the controllers.
     kafka_listeners = {}
     for spec, kafka_port in node.kafka_endpoints():

@@ -17,7 +17,8 @@ from metadata.state_machine import MetadataStateMachine
 from proto import controller_pb2, controller_pb2_grpc
 
 FETCH_MAX_ENTRIES = 1_000
-FETCH_MAX_BYTES = 1 << 20  # per response; callers must accept proto.serving.MAX_MESSAGE_BYTES (snapshots)
+# per response; callers must accept proto.runtime.serving.MAX_MESSAGE_BYTES (snapshots)
+FETCH_MAX_BYTES = 1 << 20
 FETCH_POLL_S = 1.0
 
 

@@ -6,14 +6,15 @@
 
 One gRPC port serves RaftService (the other voters), AdminService (clients), ControllerService
 (brokers) and the standard health service. The Raft leader is the active controller. The process
-writes its ready file (``proto.ready_file``: its port and metrics URL) once it serves; SIGTERM or
+writes its ready file (``proto.runtime.ready_file``: its port and metrics URL) once it serves; SIGTERM or
 SIGINT stops it gracefully (an active controller hands leadership over first), bounded: a stop still
 running after ``SHUTDOWN_DEADLINE_S`` is logged (``shutdown_stuck``, naming the step) and the process
 exits with status 3. A bad flag or an unusable data directory, or a port another process serves
-(``proto.listeners``), exits with status 2 and one line on stderr naming the problem, never a traceback.
+(``proto.runtime.listeners``), exits with status 2 and one line on stderr naming the problem, never a
+traceback.
 
 Settings use Kafka's config names and come from ``--override KEY=VALUE``, ``PYKRAFT_<NAME>``
-environment variables and ``--config-file`` (``proto.settings``: flags > environment > file >
+environment variables and ``--config-file`` (``proto.runtime.settings``: flags > environment > file >
 defaults). Broker settings (``BROKER_KEYS``: the local launcher passes the same overrides to every
 node) are accepted and ignored; any other name, or a bad value, exits 2 naming it.
 ``--metrics-port`` serves Prometheus metrics (``metadata.metrics``).
@@ -21,7 +22,7 @@ node) are accepted and ignored; any other name, or a bad value, exits 2 naming i
 Cluster id: ``--cluster-id`` / ``cluster.id`` (Kafka's ``kafka-storage.sh format --cluster-id``) names
 the cluster; unset, the first active controller generates one. Either way it is committed once into
 the metadata log and then recorded in the data directory's ``meta.properties``
-(``proto.meta_properties``). A controller whose ``meta.properties`` or metadata log belongs to
+(``proto.runtime.meta_properties``). A controller whose ``meta.properties`` or metadata log belongs to
 another cluster than its ``cluster.id`` refuses to run (INCONSISTENT_CLUSTER_ID, exit status 2).
 
 Addresses: the process listens on ``--listen``; every other node dials the address of its entry in
@@ -55,23 +56,24 @@ from metadata.metrics import controller_registry
 from metadata.records import NO_CLUSTER_ID, cluster_id_problem
 from metadata.service import ActiveController, Forwarder, fence_loop
 from metadata.state_machine import MetadataStateMachine
-from proto import admin_pb2_grpc, controller_pb2_grpc, ready_file
-from proto.listeners import (
+from proto import admin_pb2_grpc, controller_pb2_grpc
+from proto.runtime import ready_file
+from proto.runtime.listeners import (
     SERVER_OPTIONS,
     ListenerError,
     add_grpc_listener,
     check_bindable,
     split_address,
 )
-from proto.logfmt import configure_logging, log_event
-from proto.meta_properties import (
+from proto.runtime.logfmt import configure_logging, log_event
+from proto.runtime.meta_properties import (
     InconsistentClusterIdError,
     MetaPropertiesError,
     mismatch,
     read_cluster_id,
     record_cluster_id,
 )
-from proto.metrics import (
+from proto.runtime.metrics import (
     METRICS_HOST,
     METRICS_HOST_SETTING,
     METRICS_OFF,
@@ -79,8 +81,8 @@ from proto.metrics import (
     MetricsEndpoint,
     serve_metrics,
 )
-from proto.serving import add_standard_services, start_shutdown_watchdog
-from proto.settings import (
+from proto.runtime.serving import add_standard_services, start_shutdown_watchdog
+from proto.runtime.settings import (
     ADVERTISED_LISTENERS,
     IDENTITY_FLAGS,
     Converters,
@@ -222,7 +224,7 @@ def parse_overrides(items: list[str], base: ControllerSettings) -> ControllerSet
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Required, unless given by their Kafka names (node.id, listeners, controller.quorum.voters, log.dirs)
-    # in --config-file or PYKRAFT_* variables (proto.settings.fill_identity).
+    # in --config-file or PYKRAFT_* variables (proto.runtime.settings.fill_identity).
     parser.add_argument("--node-id", type=int, help="this controller's voter id")
     parser.add_argument("--listen", help="host:port to serve on (others dial --voters)")
     parser.add_argument(
@@ -454,7 +456,7 @@ async def serve(args: argparse.Namespace, settings: ControllerSettings) -> None:
     await node.start()
     if node.metrics is not None:
         log_event(log, logging.INFO, "metrics_endpoint", url=node.metrics.url)
-    # What a launcher waits for (proto.ready_file): a controller serves once it listens.
+    # What a launcher waits for (proto.runtime.ready_file): a controller serves once it listens.
     ready_file.write(args.data_dir, ready_file.ReadyFile(
         args.node_id, "controller", os.getpid(), ready_file.READY,
         f"{split_address(node.listen)[0]}:{node.port}", metrics=node.metrics.url if node.metrics else None,

@@ -37,7 +37,7 @@ from metadata.controller import ControllerResult, QuorumController
 from metadata.records import encode_batch
 from metadata.state_machine import MetadataStateMachine
 from proto import common_pb2, errors
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 from raft.config import QuorumConfig
 from raft.driver import NotLeaderError, RaftDriver
 from raft.messages import NO_NODE

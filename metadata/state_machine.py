@@ -16,7 +16,7 @@ controller that decided it (standbys and a replay at start-up log none).
 
 ``on_cluster_id`` (when given) is called once the image has a cluster id, and again if a restored
 snapshot carries another one: the controller process records it in its data directory's
-``meta.properties`` and refuses a log of another cluster (``proto.meta_properties``).
+``meta.properties`` and refuses a log of another cluster (``proto.runtime.meta_properties``).
 
 Runs on the driver's event loop (``apply`` is called synchronously from it); readers wait for new
 entries with ``wait_for_entries_after``.
@@ -34,7 +34,7 @@ from metadata.controller import QuorumController
 from metadata.events import batch_events, is_warning
 from metadata.image import MetadataImage
 from metadata.records import Record, decode_batch
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 
 log = logging.getLogger(__name__)
 events_log = logging.getLogger("metadata.events")

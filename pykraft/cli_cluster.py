@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from proto import errors, ready_file
+from proto import errors
+from proto.runtime import ready_file
 from pykraft.admin import AdminClient
 from pykraft.cluster import STOP_TIMEOUT_S, ClusterError, LocalCluster, NodeSpec, cluster_lock
 

@@ -20,12 +20,12 @@ proxy forwarding to ``port``): it goes into the controllers' ``--voters``, the b
 Likewise a broker's ``kafka_advertised_port``, when set, is the Kafka listener it advertises (Metadata
 answers, ``kafka_bootstrap``) in front of a fixed ``kafka_port``.
 
-Handshake: a node says where it serves in its ready file (``proto.ready_file``, in its data directory,
+Handshake: a node says where it serves in its ready file (``proto.runtime.ready_file``, in its data directory,
 written atomically), never in its log; the launcher deletes the file before it starts a node and
 waits for a file written by the pid it started, with a deadline (``BIND_TIMEOUT_S``). When the process
 exits first, the error names its log and quotes the last lines.
 
-Ports (``proto.listeners``): no port is picked and hoped for. Brokers and metrics endpoints listen on
+Ports (``proto.runtime.listeners``): no port is picked and hoped for. Brokers and metrics endpoints listen on
 port 0 the first time and the launcher records the ports they got from their ready files. A restarted
 node asks for its old ports again, so its endpoints stay; a port another process took meanwhile is
 given up for one the kernel picks where nobody depends on it (a broker's listeners, any metrics
@@ -57,8 +57,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from proto import listeners, ready_file, serving
-from proto.metrics import METRICS_OFF, PICK_FREE_PORT
+from proto.runtime import listeners, ready_file, serving
+from proto.runtime.metrics import METRICS_OFF, PICK_FREE_PORT
 
 STATE_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
@@ -77,7 +77,7 @@ class NodeSpec:
     node_id: int
     port: int  # 0 until a node started on port 0 reported the port it got
     pid: int = 0
-    metrics_port: int = 0  # Prometheus /metrics on 127.0.0.1 (proto.metrics), as reported; -1: off
+    metrics_port: int = 0  # Prometheus /metrics on 127.0.0.1 (proto.runtime.metrics), as reported; -1: off
     advertised_port: int = 0  # the port other nodes and clients dial; 0 = port
     kafka_port: int = 0  # brokers: the Kafka listener (PLAINTEXT), as reported; 0 until then
     kafka_advertised_port: int = 0  # brokers: the port Kafka clients and followers dial; 0 = kafka_port

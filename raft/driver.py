@@ -63,7 +63,7 @@ from typing import Any, Protocol
 import grpc
 
 from proto import errors, raft_pb2_grpc
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 from raft.config import QuorumConfig
 from raft.core import RaftConfig, RaftNode, Role
 from raft.messages import (

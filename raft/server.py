@@ -9,8 +9,9 @@ One gRPC port serves ``RaftService`` (peers), ``RaftClientService`` (clients; se
 and the standard health service. The state machine is ``AppendOnlyLog``: every committed entry is kept
 with its Raft index; a snapshot is the whole list. SIGTERM or SIGINT stops gracefully (a leader hands
 leadership over first). A bad flag or an unusable data directory exits with status 2 and one line on
-stderr naming the problem (a port another process serves, too: ``proto.listeners``), never a traceback.
-The process writes its ready file (``proto.ready_file``, role ``raft``) once it serves.
+stderr naming the problem (a port another process serves, too: ``proto.runtime.listeners``), never a
+traceback.
+The process writes its ready file (``proto.runtime.ready_file``, role ``raft``) once it serves.
 """
 
 from __future__ import annotations
@@ -27,17 +28,18 @@ from pathlib import Path
 
 import grpc
 
-from proto import errors, raft_pb2, raft_pb2_grpc, ready_file
+from proto import errors, raft_pb2, raft_pb2_grpc
 from proto.errors import ErrorCode
-from proto.listeners import (
+from proto.runtime import ready_file
+from proto.runtime.listeners import (
     SERVER_OPTIONS,
     ListenerError,
     add_grpc_listener,
     check_bindable,
     split_address,
 )
-from proto.logfmt import configure_logging
-from proto.serving import add_standard_services
+from proto.runtime.logfmt import configure_logging
+from proto.runtime.serving import add_standard_services
 from raft.config import QuorumConfig, QuorumConfigError, parse_voters
 from raft.driver import DriverConfig, NotLeaderError, RaftDriver
 from raft.messages import NO_NODE

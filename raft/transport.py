@@ -35,8 +35,8 @@ from dataclasses import replace
 import grpc
 
 from proto import raft_pb2, raft_pb2_grpc
-from proto.logfmt import log_event
-from proto.serving import GRPC_OPTIONS
+from proto.runtime.logfmt import log_event
+from proto.runtime.serving import GRPC_OPTIONS
 from raft.messages import (
     AppendEntries,
     AppendEntriesResponse,

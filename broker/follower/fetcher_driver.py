@@ -58,8 +58,8 @@ from proto.kafka.codec import KafkaDecodeError
 from proto.kafka.fetch_session import FetchSessionHandler, PartitionFetchRequest, SessionRequest
 from proto.kafka.topic_ids import uuid_of
 from proto.kafka_types import NO_EPOCH, NO_OFFSET, TopicPartition
-from proto.logfmt import log_event
 from proto.runtime import latency_trace
+from proto.runtime.logfmt import log_event
 
 log = logging.getLogger(__name__)
 

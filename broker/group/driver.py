@@ -35,7 +35,7 @@ from broker.replica.partition import ACKS_ALL
 from broker.replica.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
 from metadata.image import MetadataImage
 from proto.errors import ErrorCode
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 from storage.log import wall_clock_ms
 from storage.log_validator import AppendOrigin
 

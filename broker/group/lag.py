@@ -21,7 +21,7 @@ from broker.group.coordinator import GroupCoordinator
 from broker.replica.replica_manager import ReplicaManager
 from proto.kafka import messages as m
 from proto.kafka_types import NO_LEADER, TopicPartition
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from broker.group.requests import OK, GroupError, error
 from proto import admin_pb2
 from proto.errors import ErrorCode
 from proto.kafka_types import NO_LEADER
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 
 log = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from proto.kafka.codec import FrameParts
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 
 log = logging.getLogger(__name__)
 

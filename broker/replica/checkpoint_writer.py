@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 from storage.log import Log
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from proto import errors
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 from storage import cleaner
 from storage.log import Log
 

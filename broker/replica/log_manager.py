@@ -41,7 +41,7 @@ from pathlib import Path
 from metadata.image import MetadataImage
 from proto import errors
 from proto.kafka_types import TopicPartition
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 from storage.config import LogConfig
 from storage.log import Log
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS

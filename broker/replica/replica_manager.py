@@ -172,7 +172,7 @@ from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistrat
 from proto import errors
 from proto.errors import ErrorCode
 from proto.kafka_types import NO_EPOCH, NO_LEADER, NO_OFFSET, NO_TIMESTAMP, TopicPartition
-from proto.logfmt import log_event
+from proto.runtime.logfmt import log_event
 from storage.log import Log
 from storage.log_validator import AppendOrigin
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, Reject

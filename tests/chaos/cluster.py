@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from proto.listeners import ADDRESS_IN_USE, pick_ports
+from proto.runtime.listeners import ADDRESS_IN_USE, pick_ports
 from pykraft.cluster import BIND_ATTEMPTS, LocalCluster, NodeSpec, PortsTakenError
 from tests.integration.broker.broker_cluster import FAST_OVERRIDES, START_TIMEOUT_S, BrokerCluster
 
@@ -45,7 +45,7 @@ def start_proxied(
     """A ``LocalCluster`` whose every node advertises a proxy port, started behind a started proxy.
 
     The proxy forwards to fixed ports, so every node (brokers too) gets a port picked outside the
-    ephemeral range (``proto.listeners``). When another process takes one first, everything started
+    ephemeral range (``proto.runtime.listeners``). When another process takes one first, everything started
     is stopped by pid and the whole setup starts over on fresh ports (``BIND_ATTEMPTS``)."""
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     for attempt in range(1, BIND_ATTEMPTS + 1):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from proto.listeners import pick_ports
+from proto.runtime.listeners import pick_ports
 from pykraft.cluster import BIND_ATTEMPTS
 from tests.chaos.cluster import ProxyControl, ProxyPortsTakenError
 

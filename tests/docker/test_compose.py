@@ -32,7 +32,7 @@ import grpc
 import pytest
 
 from proto.errors import ErrorCode
-from proto.listeners import pick_ports
+from proto.runtime.listeners import pick_ports
 from pykraft.admin import AdminClient
 from storage.record_batch import build_batch
 from tests import kafka_call as kafka
@@ -169,7 +169,7 @@ class Stack:
 def stack(image: str, tmp_path: Path) -> Iterator[Stack]:
     from testcontainers.compose import DockerCompose
 
-    ports = pick_ports(9)  # outside the ephemeral range (proto.listeners)
+    ports = pick_ports(9)  # outside the ephemeral range (proto.runtime.listeners)
     controller_ports, broker_port_list, kafka_port_list = ports[:3], ports[3:6], ports[6:]
     env_file = tmp_path / "compose.env"
     lines = {

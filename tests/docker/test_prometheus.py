@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from proto.listeners import pick_ports
+from proto.runtime.listeners import pick_ports
 from pykraft.admin import AdminClient
 from tests.docker.docker_env import BASE_IMAGE, BUILD_TIMEOUT_S, ROOT, run
 from tests.docker.test_compose import BROKER_OVERRIDES, CONTROLLER_OVERRIDES, wait_for
@@ -71,7 +71,7 @@ class Prometheus:
 def stack(image: str, prometheus_image: str, tmp_path: Path) -> Iterator[tuple[object, Prometheus, str]]:
     from testcontainers.compose import DockerCompose
 
-    ports = pick_ports(10)  # outside the ephemeral range (proto.listeners)
+    ports = pick_ports(10)  # outside the ephemeral range (proto.runtime.listeners)
     env = {
         "PYKRAFT_COMPOSE_PROJECT": f"pykraft-prom-{os.getpid()}",
         "PYKRAFT_IMAGE": image,

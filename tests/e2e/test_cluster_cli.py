@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import pytest
 
-from proto import ready_file
+from proto.runtime import ready_file
 from pykraft.admin import AdminClient
 from pykraft.cluster import STATE_FILE, LocalCluster
 

@@ -61,8 +61,8 @@ from proto.kafka.api import (
     parse_request,
 )
 from proto.kafka.codec import FrameParts, KafkaDecodeError
-from proto.logfmt import log_event
 from proto.runtime import latency_trace
+from proto.runtime.logfmt import log_event
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from proto.errors import ErrorCode
 from proto.kafka.topic_ids import topic_id_of
-from proto.logfmt import RateLimiter, log_event
+from proto.runtime.logfmt import RateLimiter, log_event
 
 if TYPE_CHECKING:  # context.py builds a RefusalLog into BrokerServices
     from broker.kafka.handlers.context import RequestContext

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proto.listeners import pick_port, wait_listening
+from proto.runtime.listeners import pick_port, wait_listening
 
 pytestmark = pytest.mark.integration
 

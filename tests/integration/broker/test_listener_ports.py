@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from proto import ready_file, serving
-from proto.listeners import ADDRESS_IN_USE, PortTakenError, pick_port, pick_ports, wait_listening
+from proto.runtime import ready_file, serving
+from proto.runtime.listeners import ADDRESS_IN_USE, PortTakenError, pick_port, pick_ports, wait_listening
 from pykraft.cluster import LocalCluster
 from tests.integration.broker.broker_cluster import FAST_OVERRIDES
 

@@ -1,4 +1,4 @@
-"""A running LocalCluster's observability: each node's Prometheus ``/metrics`` (proto.metrics,
+"""A running LocalCluster's observability: each node's Prometheus ``/metrics`` (proto.runtime.metrics,
 broker.metrics, metadata.metrics) moves with the cluster, and gRPC reflection lists the services.
 
 Rules under test: exactly one controller reports itself active (Kafka's ActiveControllerCount summed
@@ -105,7 +105,7 @@ RETIRED_SERVICES = {
 
 @pytest.mark.parametrize("role", ["controller", "broker"])
 def test_reflection_lists_the_services(cluster: BrokerCluster, role: str) -> None:
-    """proto.serving: reflection on every node, so grpcurl works without .proto files. A broker's gRPC
+    """proto.runtime.serving: reflection on every node, so grpcurl works without .proto files. A broker's gRPC
     serves the admin API (forwarded to the controllers), not the data plane."""
     spec = next(n for n in cluster.cluster.nodes if n.role == role)
     expected = {"grpc.health.v1.Health", "pykraft.admin.AdminService"}

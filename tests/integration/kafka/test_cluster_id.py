@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from metadata.records import cluster_id_problem
-from proto import ready_file
 from proto.kafka import messages as m
-from proto.meta_properties import META_PROPERTIES, read_cluster_id
+from proto.runtime import ready_file
+from proto.runtime.meta_properties import META_PROPERTIES, read_cluster_id
 from pykraft.cluster import NodeSpec
 from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for
 from tests.kafka_call import kafka_call

@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 
 from proto import admin_pb2, admin_pb2_grpc, controller_pb2, controller_pb2_grpc, metadata_pb2
-from proto.listeners import Started, pick_ports, start_on_picked_ports
+from proto.runtime.listeners import Started, pick_ports, start_on_picked_ports
 
 ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT_S = 30.0
@@ -54,7 +54,8 @@ class ControllerCluster:
         self._channels: dict[int, grpc.Channel] = {}
 
     def _assign_ports(self) -> None:
-        """Ports picked outside the ephemeral range (``proto.listeners``): voters must know them all."""
+        """Ports picked outside the ephemeral range (``proto.runtime.listeners``): voters must know them
+        all."""
         self.ports = dict(enumerate(pick_ports(self.count), start=1))
         self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from proto import ready_file
-from proto.listeners import pick_ports, wait_listening
+from proto.runtime import ready_file
+from proto.runtime.listeners import pick_ports, wait_listening
 
 pytestmark = pytest.mark.integration
 REFUSED_WITHIN_S = 15.0  # python start-up under load; nothing else waits

@@ -21,7 +21,7 @@ import grpc
 
 from proto import raft_pb2, raft_pb2_grpc
 from proto.errors import ErrorCode
-from proto.listeners import Started, pick_ports, start_on_picked_ports
+from proto.runtime.listeners import Started, pick_ports, start_on_picked_ports
 
 ROOT = Path(__file__).resolve().parents[3]
 ELECTION_TIMEOUT_MS = 200
@@ -58,7 +58,8 @@ class RaftCluster:
         self._assign_ports()
 
     def _assign_ports(self) -> None:
-        """Ports picked outside the ephemeral range (``proto.listeners``): voters must know them all."""
+        """Ports picked outside the ephemeral range (``proto.runtime.listeners``): voters must know them
+        all."""
         self.ports = pick_ports(self.size + self.observers)
         self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports[: self.size]))
         self.observer_list = ",".join(

@@ -1,4 +1,4 @@
-"""Broker settings from every source (broker.config + proto.settings): flags > PYKRAFT_<NAME>
+"""Broker settings from every source (broker.config + proto.runtime.settings): flags > PYKRAFT_<NAME>
 environment > --config-file > defaults; an unknown name or bad value from any source is refused at
 startup naming it (exit 2, no traceback)."""
 

@@ -17,7 +17,7 @@ from broker.replica.divergence import EpochEntry
 from proto import errors
 from proto.kafka import messages as m
 from proto.kafka.api import encode_response, parse_request
-from proto.logfmt import LogfmtFormatter
+from proto.runtime.logfmt import LogfmtFormatter
 
 TP = ("t", 0)
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"

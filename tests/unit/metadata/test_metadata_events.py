@@ -32,7 +32,7 @@ from metadata.records import (
 )
 from metadata.state_machine import MetadataStateMachine
 from proto.kafka_types import NO_LEADER
-from proto.logfmt import LogfmtFormatter
+from proto.runtime.logfmt import LogfmtFormatter
 from tests.unit.metadata.conftest import Harness
 
 

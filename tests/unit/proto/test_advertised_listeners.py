@@ -14,7 +14,7 @@ from broker.config import BrokerConfigError, config_from
 from broker.config import add_arguments as add_broker_arguments
 from metadata.server import ControllerNode, settings_from
 from metadata.server import add_arguments as add_controller_arguments
-from proto.settings import SettingsError, parse_listener
+from proto.runtime.settings import SettingsError, parse_listener
 from raft.config import QuorumConfigError
 
 ENV = "PYKRAFT_ADVERTISED_LISTENERS"

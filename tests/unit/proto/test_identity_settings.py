@@ -1,4 +1,4 @@
-"""A node's identity by Kafka's names (proto.settings.fill_identity): ``node.id``, ``listeners``,
+"""A node's identity by Kafka's names (proto.runtime.settings.fill_identity): ``node.id``, ``listeners``,
 ``controller.quorum.voters`` / ``controller.quorum.bootstrap.servers``, ``log.dirs``, ``broker.rack``
 from a per-node ``server.properties`` or ``PYKRAFT_*`` variables stand for the flags; a flag wins; a
 missing one is refused naming the flag, the setting and the variable; a bad value names the setting."""
@@ -20,7 +20,7 @@ from broker.config import BrokerConfigError, config_from
 from broker.config import add_arguments as add_broker_arguments
 from metadata.server import add_arguments as add_controller_arguments
 from metadata.server import settings_from
-from proto.settings import IDENTITY_FLAGS, SettingsError, env_name
+from proto.runtime.settings import IDENTITY_FLAGS, SettingsError, env_name
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -118,8 +118,8 @@ def test_a_controller_described_by_its_properties_file(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_controller_process_from_a_properties_file_alone(tmp_path: Path) -> None:
     """``pykraft controller --config-file server.properties`` serves, and exits 0 soon after SIGTERM."""
-    from proto import ready_file
-    from proto.listeners import pick_port, wait_listening
+    from proto.runtime import ready_file
+    from proto.runtime.listeners import pick_port, wait_listening
 
     port = pick_port()
     path = tmp_path / "server.properties"

@@ -1,4 +1,4 @@
-"""proto.listeners: the one rule for choosing ports and the one-line refusal of a busy port."""
+"""proto.runtime.listeners: the one rule for choosing ports and the one-line refusal of a busy port."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from proto import listeners, ready_file
-from proto.listeners import ADDRESS_IN_USE, ListenerError, check_bindable, pick_ports
+from proto.runtime import listeners, ready_file
+from proto.runtime.listeners import ADDRESS_IN_USE, ListenerError, check_bindable, pick_ports
 
 
 def test_picked_ports_are_distinct_free_and_outside_the_ephemeral_range() -> None:

@@ -1,4 +1,4 @@
-"""proto.logfmt: one ``key=value`` line per log record, with node id, role and the event's fields;
+"""proto.runtime.logfmt: one ``key=value`` line per log record, with node id, role and the event's fields;
 exceptions stay on the line (``error=``; a traceback only at ERROR and above, escaped)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from proto.logfmt import LogfmtFormatter, RateLimiter, log_event, quote
+from proto.runtime.logfmt import LogfmtFormatter, RateLimiter, log_event, quote
 
 
 def render(level: int, msg: str, fields: dict | None = None, exc: BaseException | None = None) -> str:

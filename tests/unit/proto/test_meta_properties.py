@@ -8,7 +8,7 @@ import pytest
 
 from metadata.records import ClusterIdRecord, encode_batch
 from metadata.server import ControllerNode, ControllerSettings, expected_cluster_id
-from proto.meta_properties import (
+from proto.runtime.meta_properties import (
     META_PROPERTIES,
     InconsistentClusterIdError,
     MetaPropertiesError,

@@ -1,11 +1,11 @@
-"""proto.ready_file: the handshake a node writes for its launcher, outside its log stream."""
+"""proto.runtime.ready_file: the handshake a node writes for its launcher, outside its log stream."""
 
 from __future__ import annotations
 
 import pytest
 
-from proto import ready_file
-from proto.ready_file import LISTENING, READY, ReadyFile
+from proto.runtime import ready_file
+from proto.runtime.ready_file import LISTENING, READY, ReadyFile
 
 BROKER = ReadyFile(101, "broker", 4242, READY, "127.0.0.1:40111", {"PLAINTEXT": "127.0.0.1:40112"},
                    "http://127.0.0.1:40113/metrics")  # fmt: skip

@@ -1,4 +1,4 @@
-"""Every server exposes grpc.health.v1 and reflection through proto.serving."""
+"""Every server exposes grpc.health.v1 and reflection through proto.runtime.serving."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 
-from proto import serving
+from proto.runtime import serving
 
 
 def test_health_probe_follows_serving_state() -> None:
@@ -41,8 +41,8 @@ def test_shutdown_watchdog_exits_a_stuck_process_naming_the_step() -> None:
     """A stop still running at the deadline ends the process with EXIT_STUCK and one log line."""
     code = (
         "import time\n"
-        "from proto.logfmt import configure_logging\n"
-        "from proto.serving import start_shutdown_watchdog\n"
+        "from proto.runtime.logfmt import configure_logging\n"
+        "from proto.runtime.serving import start_shutdown_watchdog\n"
         "configure_logging('INFO', 1, 'controller')\n"
         "start_shutdown_watchdog(0.2, lambda: 'raft driver')\n"
         "time.sleep(30)\n"

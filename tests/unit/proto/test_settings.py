@@ -1,4 +1,4 @@
-"""proto.settings: Kafka-named settings from a properties file, ``PYKRAFT_<NAME>`` environment
+"""proto.runtime.settings: Kafka-named settings from a properties file, ``PYKRAFT_<NAME>`` environment
 variables and ``--override`` flags; later sources win (flags > environment > file > defaults)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proto.settings import SettingsError, collect_overrides, env_name, read_properties
+from proto.runtime.settings import SettingsError, collect_overrides, env_name, read_properties
 
 LAG = "replica.lag.time.max.ms"
 KNOWN = {LAG, "num.partitions"}

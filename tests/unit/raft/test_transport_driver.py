@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from proto import errors
-from proto.listeners import pick_port
+from proto.runtime.listeners import pick_port
 from raft.config import parse_voters
 from raft.driver import DriverConfig, NotLeaderError, RaftDriver
 from raft.messages import NO_NODE

@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from proto import raft_pb2_grpc
-from proto.listeners import pick_port
-from proto.serving import GRPC_OPTIONS
+from proto.runtime.listeners import pick_port
+from proto.runtime.serving import GRPC_OPTIONS
 from raft.messages import (
     AppendEntries,
     AppendEntriesResponse,

@@ -44,7 +44,7 @@ from proto.kafka.api import (
     parse_response,
 )
 from proto.kafka_types import NO_LEADER
-from proto.logfmt import LogfmtFormatter
+from proto.runtime.logfmt import LogfmtFormatter
 from tests.kafka_call import consumer_subscription
 
 LISTENER = "PLAINTEXT"

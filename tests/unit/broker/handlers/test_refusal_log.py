@@ -18,7 +18,7 @@ from broker.kafka.handlers.refusals import RefusalLog, ResponseError, _plan, res
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey, RequestHeader
-from proto.logfmt import LogfmtFormatter
+from proto.runtime.logfmt import LogfmtFormatter
 from tests.unit.broker.test_kafka_handlers import TOPIC_ID, Broker, fetch, produce
 
 INTERVAL_MS = 60_000

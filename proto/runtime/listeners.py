@@ -11,7 +11,7 @@ The processes print that line (``pykraft <role>: error: ...``) and exit 2, with 
 metrics endpoint and any other listener (the Kafka listener) use ``check_bindable`` the same way.
 
 Reporting: a process that binds port 0 learns its port from the kernel; it writes the ports it got to
-its ready file (``proto.ready_file``) as soon as it serves, which is what a launcher waits for
+its ready file (``proto.runtime.ready_file``) as soon as it serves, which is what a launcher waits for
 (``wait_listening``); its output (the log) carries no handshake lines.
 
 Choosing ports up front (only where port 0 cannot work, e.g. Raft voters, which must know each other's
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import grpc
 
-from proto import ready_file
-from proto.serving import GRPC_OPTIONS
+from proto.runtime import ready_file
+from proto.runtime.serving import GRPC_OPTIONS
 
 SERVER_OPTIONS: list[tuple[str, int]] = [*GRPC_OPTIONS, ("grpc.so_reuseport", 0)]
 ADDRESS_IN_USE = "address already in use"

@@ -9,7 +9,7 @@ counters) and serves it with ``serve_metrics(registry, port, host)`` on ``host``
   process logs and prints ``METRICS http://127.0.0.1:<port>/metrics``;
 - ``port == METRICS_OFF`` (-1): no endpoint.
 
-A port another process serves raises ``proto.listeners.ListenerError`` (one line naming
+A port another process serves raises ``proto.runtime.listeners.ListenerError`` (one line naming
 ``--metrics-port``); the server never shares a port (no SO_REUSEPORT).
 
 The endpoint runs in prometheus-client's own daemon thread; collectors read node state at scrape
@@ -23,7 +23,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from proto.listeners import listener_error
+from proto.runtime.listeners import listener_error
 
 METRICS_HOST = "127.0.0.1"
 PICK_FREE_PORT = 0
@@ -63,6 +63,6 @@ def serve_metrics(
                          f"or {METRICS_OFF} (off)")
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:  # one line naming the setting (proto.listeners), not a traceback
+    except OSError as exc:  # one line naming the setting (proto.runtime.listeners), not a traceback
         raise listener_error(METRICS_SETTING, str(port), exc) from None
     return MetricsEndpoint(server, server.server_port, host)
