@@ -32,8 +32,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from proto.runtime.settings import (
     ADVERTISED_LISTENERS,
@@ -125,7 +127,7 @@ CONTROLLER_KEYS = frozenset(
 )
 
 
-IDENTITY_CONVERTERS = {
+IDENTITY_CONVERTERS: dict[str, Callable[[str], object]] = {
     "node_id": int, "listen": listen_address, "controllers": str, "voters": str, "data_dir": one_dir,
     "rack": str,
 }  # fmt: skip
@@ -196,7 +198,7 @@ class BrokerSettings:
 
 def parse_overrides(items: list[str], base: BrokerSettings | None = None) -> BrokerSettings:
     """``KEY=VALUE`` items -> settings; unknown keys (not controller keys either) are refused."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # BrokerSettings field -> its value
     topic_defaults = dict((base or BrokerSettings()).topic_defaults)
     for item in items:
         key, sep, value = item.partition("=")

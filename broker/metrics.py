@@ -53,6 +53,7 @@ from prometheus_client.registry import Collector
 from broker.group.coordinator import GroupCoordinator
 from broker.replica.partition import Partition, Role
 from broker.replica.replica_manager import ReplicaManager
+from proto.kafka_types import TopicPartition
 
 # Produce with acks=all and long-polling fetches wait up to seconds.
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -188,7 +189,7 @@ class GroupLagCollector(Collector):
         self,
         manager: ReplicaManager,
         core: GroupCoordinator,
-        remote: Callable[[], dict[tuple[str, int], int]],
+        remote: Callable[[], dict[TopicPartition, int]],
     ) -> None:
         self.manager = manager
         self.core = core
@@ -196,7 +197,7 @@ class GroupLagCollector(Collector):
 
     def _read(
         self,
-    ) -> tuple[dict[str, dict[tuple[str, int], int]], dict[str, int], dict[tuple[str, int], int]]:
+    ) -> tuple[dict[str, dict[tuple[str, int], int]], dict[str, int], dict[TopicPartition, int]]:
         for _ in range(READ_RETRIES):
             try:
                 committed = self.core.committed_offsets()
@@ -225,7 +226,7 @@ class GroupLagCollector(Collector):
                 labels = [group_id, topic, str(partition)]
                 offsets.add_metric(labels, offset)
                 if (topic, partition) in hws:
-                    lag.add_metric(labels, max(0, hws[(topic, partition)] - offset))
+                    lag.add_metric(labels, max(0, hws[TopicPartition(topic, partition)] - offset))
         groups = GaugeMetricFamily(
             "pykraft_consumer_groups", "Groups coordinated here, by state", labels=["state"]
         )
@@ -251,7 +252,7 @@ class BrokerMetrics:
         self._isr_seen: dict[tuple[str, int], tuple[int, frozenset[int]]] = {}
 
     def register_group_lag(
-        self, core: GroupCoordinator, remote: Callable[[], dict[tuple[str, int], int]] = dict
+        self, core: GroupCoordinator, remote: Callable[[], dict[TopicPartition, int]] = dict
     ) -> None:
         """Export the committed offsets and lag of the groups ``core`` coordinates; ``remote()`` gives
         the HWs of partitions not hosted here (``broker.group.lag``)."""

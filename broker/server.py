@@ -83,6 +83,7 @@ from proto import (
     metadata_pb2,
 )
 from proto.errors import ErrorCode
+from proto.kafka_types import TopicPartition
 from proto.runtime import ready_file
 from proto.runtime.listeners import (
     SERVER_OPTIONS,
@@ -564,7 +565,7 @@ class BrokerNode:
         task.add_done_callback(_log_failure)
 
     async def _alter_partition(self, topic_id: str, proposal: AlterPartitionProposal) -> None:
-        tp = (proposal.topic, proposal.partition)
+        tp = TopicPartition(proposal.topic, proposal.partition)
         item = controller_pb2.AlterPartitionRequest.PartitionState(
             topic_id=topic_id, partition=proposal.partition, leader_epoch=proposal.leader_epoch,
             partition_epoch=proposal.partition_epoch,
@@ -642,7 +643,7 @@ class BrokerNode:
             self._wake_at(following)
 
     @staticmethod
-    async def _every(interval_s: float, action: Callable[[], None]) -> None:
+    async def _every(interval_s: float, action: Callable[[], object]) -> None:
         while True:
             await asyncio.sleep(interval_s)
             try:

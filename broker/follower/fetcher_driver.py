@@ -277,7 +277,7 @@ class FetcherDriver:
                 diverging = None
                 if p.diverging_epoch.epoch >= 0:
                     diverging = EpochEndOffset(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
-                answers[(name, p.partition_index)] = FetchedPartition(
+                answers[TopicPartition(name, p.partition_index)] = FetchedPartition(
                     ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, NO_OFFSET, diverging,
                     p.records if p.records is not None else b"",
                 )  # fmt: skip
@@ -304,7 +304,7 @@ class FetcherDriver:
             return
         topics: dict[str, list[m.OffsetForLeaderEpochRequestOffsetForLeaderPartition]] = {}
         for name, index in asked:
-            epoch = fetch_offsets[(name, index)].current_leader_epoch
+            epoch = fetch_offsets[TopicPartition(name, index)].current_leader_epoch
             topics.setdefault(name, []).append(
                 m.OffsetForLeaderEpochRequestOffsetForLeaderPartition(
                     partition=index, current_leader_epoch=epoch, leader_epoch=epoch
@@ -404,8 +404,10 @@ class FetcherManager:
 
     def remove_partition(self, tp: TopicPartition) -> None:
         leader_id = self._leader_of.pop(tp, None)
-        driver = None if leader_id is None else self.drivers.get(leader_id)
-        if driver is None:  # not followed, or its driver stopped after the fetcher dropped it (Fenced)
+        if leader_id is None:  # not followed
+            return
+        driver = self.drivers.get(leader_id)
+        if driver is None:  # its driver stopped after the fetcher dropped it (Fenced)
             return
         driver.fetcher.remove_partition(tp)
         if not driver.fetcher.partitions():

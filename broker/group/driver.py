@@ -35,6 +35,7 @@ from broker.replica.partition import ACKS_ALL
 from broker.replica.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
 from metadata.image import MetadataImage
 from proto.errors import ErrorCode
+from proto.kafka_types import TopicPartition
 from proto.runtime.logfmt import log_event
 from storage.log import wall_clock_ms
 from storage.log_validator import AppendOrigin
@@ -96,7 +97,7 @@ class GroupDriver:
         self._reschedule()
 
     def _append(self, append: Append) -> None:
-        tp = (OFFSETS_TOPIC, append.partition)
+        tp = TopicPartition(OFFSETS_TOPIC, append.partition)
         try:
             batch = encode_batch(append.records, self.now_ms())
         except Exception as exc:  # a record the codec refuses: fail the request, keep the broker
@@ -108,7 +109,7 @@ class GroupDriver:
             )
             return
 
-        def done(results: dict[tuple[str, int], ProduceResult]) -> None:
+        def done(results: dict[TopicPartition, ProduceResult]) -> None:
             result = results[tp]
             self.dispatch(
                 self.core.complete_append(append.append_id, result.code, result.message, self.now_ms())
@@ -202,14 +203,14 @@ class GroupDriver:
 
     async def _replay_log(self, partition: int, token: object) -> tuple[int, int] | None:
         """(records replayed, end offset), a chunk per loop iteration; None when superseded."""
-        plog = self.manager.logs.get((OFFSETS_TOPIC, partition))
+        plog = self.manager.logs.get(TopicPartition(OFFSETS_TOPIC, partition))
         offset, end = (plog.log_start_offset, plog.log_end_offset) if plog is not None else (0, 0)
         records = 0
         while True:
             await asyncio.sleep(0)  # let requests and replication run between chunks
             if (
                 self._load_tokens.get(partition) is not token
-                or self.manager.logs.get((OFFSETS_TOPIC, partition)) is not plog
+                or self.manager.logs.get(TopicPartition(OFFSETS_TOPIC, partition)) is not plog
             ):
                 return None
             if plog is None or offset >= end:

@@ -162,7 +162,7 @@ def _current_member_join(
     if member_id in group.pending_members and instance_id is None:
         _add_member_and_rebalance(manager, group, rid, req, member_id, now_ms, fx)
         return
-    if group.is_static_member_fenced(instance_id, member_id):
+    if instance_id is not None and group.is_static_member_fenced(instance_id, member_id):
         fx.respond(
             rid,
             join_error(

@@ -76,10 +76,10 @@ class RemoteHighWatermarks:
             except Exception as exc:  # the gauges lose lag for a round; the broker goes on
                 log_event(log, logging.WARNING, "group_lag_refresh_failed", exc_info=exc)
 
-    def wanted(self) -> dict[int, set[TopicPartition]]:
+    def wanted(self) -> dict[int, set[tuple[str, int]]]:
         """Leader broker -> the committed partitions not hosted here that it leads."""
         image = self.manager.image
-        by_leader: dict[int, set[TopicPartition]] = {}
+        by_leader: dict[int, set[tuple[str, int]]] = {}  # keys of the groups' committed offsets
         for offsets in self.core.group_manager.committed_offsets().values():
             for tp in offsets:
                 topic = image.topic_by_name(tp[0])
@@ -115,7 +115,7 @@ class RemoteHighWatermarks:
             for topic in response.topics:
                 for p in topic.partitions:
                     if p.error_code == 0:
-                        fresh[(topic.name, p.partition_index)] = p.offset
+                        fresh[TopicPartition(topic.name, p.partition_index)] = p.offset
         self.high_watermarks = fresh
 
     async def _connection(self, address: tuple[str, int]) -> KafkaConnection:

@@ -233,8 +233,8 @@ def tick_groups(manager: GroupMetadataManager, now_ms: int) -> Effects:
     """Expire the pending members, member sessions, join and sync phases whose deadline passed."""
     fx = Effects()
     for group in list(manager.groups.values()):
-        for member_id, deadline in list(group.pending_members.items()):
-            if deadline <= now_ms:
+        for member_id, pending_deadline in list(group.pending_members.items()):
+            if pending_deadline <= now_ms:
                 del group.pending_members[member_id]
                 if group.is_state(S.PREPARING_REBALANCE):
                     try_complete_join(manager, group, now_ms, fx)

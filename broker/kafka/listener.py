@@ -65,7 +65,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from proto.kafka.codec import FrameParts
 from proto.runtime.logfmt import log_event
@@ -217,7 +217,7 @@ class KafkaConnection(asyncio.Protocol):
         except Exception as exc:  # a handler bug (the processor logged it at ERROR): this connection ends
             self.close("request_failed", reason=f"{type(exc).__name__}: {exc}")
             return
-        if outcome is NO_RESPONSE:
+        if isinstance(outcome, _Verdict):  # NO_RESPONSE, the one verdict
             return
         if isinstance(outcome, Close):
             self.close("connection_closed_by_broker", reason=outcome.reason)
@@ -304,7 +304,7 @@ class KafkaConnection(asyncio.Protocol):
     def idle(self) -> bool:
         return not self._slots and self._sending is None
 
-    def close(self, event: str, level: int = logging.WARNING, **fields: object) -> None:
+    def close(self, event: str, level: int = logging.WARNING, **fields: Any) -> None:
         if self._closed:
             return
         self._closed = True

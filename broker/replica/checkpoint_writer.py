@@ -33,6 +33,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from proto.kafka_types import TopicPartition
 from proto.runtime.logfmt import log_event
 from storage.log import Log
 
@@ -44,7 +45,7 @@ THREAD_NAME_PREFIX = "checkpoint"
 class CheckpointWriter:
     """Writes the checkpoints of the logs ``logs()`` returns (the hosted logs) in one worker thread."""
 
-    def __init__(self, logs: Callable[[], dict[tuple[str, int], Log]]) -> None:
+    def __init__(self, logs: Callable[[], dict[TopicPartition, Log]]) -> None:
         self.logs = logs
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=THREAD_NAME_PREFIX)
         self.failures = 0  # failed log writes so far, for tests
@@ -71,7 +72,7 @@ class CheckpointWriter:
                 self._report_failure(tp, plog, exc)
         return written
 
-    def _report_failure(self, tp: tuple[str, int], plog: Log, exc: OSError) -> None:
+    def _report_failure(self, tp: TopicPartition, plog: Log, exc: OSError) -> None:
         if self.logs().get(tp) is not plog:  # its directory went with it: nothing left to checkpoint
             log_event(log, logging.INFO, "checkpoint_write_abandoned", topic=tp[0], partition=tp[1],
                       reason=f"log removed: {exc}")  # fmt: skip

@@ -16,11 +16,14 @@ from proto.errors import ErrorCode
 from proto.kafka_types import TopicPartition
 from storage.batch_header import CorruptRecordError, iter_batches
 from storage.compression import CompressionType
+from storage.file_slice import FileSlice
 
 KNOWN_CODECS = frozenset(int(c) for c in CompressionType)
 
 
-def check_codecs(records: bytes, tp: TopicPartition, zstd_allowed: bool = True) -> None:
+def check_codecs(
+    records: bytes | bytearray | memoryview, tp: TopicPartition, zstd_allowed: bool = True
+) -> None:
     """Refuse a batch whose attributes name no known codec (ids 5-7), or zstd when the request's
     version predates it, before the log validates it (which names any structural problem)."""
     try:
@@ -44,6 +47,7 @@ def without_zstd(tp: TopicPartition, result: FetchResult) -> FetchResult:
     batch is zstd, UNSUPPORTED_COMPRESSION_TYPE with no records, as Kafka answers such a consumer."""
     if not result.records:
         return result
+    assert not isinstance(result.records, FileSlice)  # below v10 a fetch reads bytes (FetchBudget)
     for position, header in iter_batches(result.records, validate=False):
         if header.compression_type != CompressionType.ZSTD:
             continue

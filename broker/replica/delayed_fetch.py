@@ -12,10 +12,10 @@ read at answer time, never kept while parked. Not thread-safe (the purgatory's d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from broker.replica.purgatory import DelayedOperation
+from broker.replica.purgatory import DelayedOperation, K
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,18 +26,18 @@ class FetchReadiness:
     complete_now: bool = False
 
 
-FetchCheckFn = Callable[[Hashable, int], FetchReadiness]  # (tp, fetch_offset)
+FetchCheckFn = Callable[[K, int], FetchReadiness]  # (tp, fetch_offset)
 
 
-class DelayedFetch(DelayedOperation[Hashable]):
+class DelayedFetch(DelayedOperation[K]):
     """A fetch of ``fetch_offsets`` waiting for ``min_bytes``; ``on_done()`` reads and answers it."""
 
     def __init__(
         self,
         deadline_ms: int,
         min_bytes: int,
-        fetch_offsets: Mapping[Hashable, int],
-        check: FetchCheckFn,
+        fetch_offsets: Mapping[K, int],
+        check: FetchCheckFn[K],
         on_done: Callable[[], None],
     ) -> None:
         super().__init__(deadline_ms)
@@ -46,10 +46,10 @@ class DelayedFetch(DelayedOperation[Hashable]):
         self._check = check
         self._on_done = on_done
 
-    def keys(self) -> list[Hashable]:
+    def keys(self) -> list[K]:
         return list(self.fetch_offsets)
 
-    def try_complete(self, key: Hashable | None) -> bool:
+    def try_complete(self, key: K | None) -> bool:
         total_bytes = 0
         for tp, fetch_offset in self.fetch_offsets.items():
             readiness = self._check(tp, fetch_offset)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.replica.purgatory import DelayedOperation
+from broker.replica.purgatory import DelayedOperation, K
 from proto.errors import ErrorCode
 
 
@@ -48,38 +48,38 @@ class ProduceStatus(Protocol):
     def message(self) -> str: ...
 
 
-ProduceCheckFn = Callable[[Hashable, int, int], ProduceStatus]  # (tp, required_offset, leader_epoch)
+ProduceCheckFn = Callable[[K, int, int], ProduceStatus]  # (tp, required_offset, leader_epoch)
 
 
-class DelayedProduce(DelayedOperation[Hashable]):
+class DelayedProduce(DelayedOperation[K]):
     """An acks=all produce waiting on ``waits``; ``on_done(outcomes)`` answers it."""
 
     def __init__(
         self,
         deadline_ms: int,
-        waits: Mapping[Hashable, ProduceWait],
-        check: ProduceCheckFn,
-        on_done: Callable[[dict[Hashable, ProduceOutcome]], None],
-        already_done: Mapping[Hashable, ProduceOutcome] | None = None,
+        waits: Mapping[K, ProduceWait],
+        check: ProduceCheckFn[K],
+        on_done: Callable[[dict[K, ProduceOutcome]], None],
+        already_done: Mapping[K, ProduceOutcome] | None = None,
     ) -> None:
         """``already_done``: partitions answered at append time (errors), so that the answer covers
         the whole request."""
         super().__init__(deadline_ms)
         self.waiting = dict(waits)
-        self.outcomes: dict[Hashable, ProduceOutcome] = dict(already_done or {})
+        self.outcomes: dict[K, ProduceOutcome] = dict(already_done or {})
         self._check = check
         self._on_done = on_done
 
-    def keys(self) -> list[Hashable]:
+    def keys(self) -> list[K]:
         return list(self.waiting)
 
-    def try_complete(self, key: Hashable | None) -> bool:
+    def try_complete(self, key: K | None) -> bool:
         for tp in list(self.waiting) if key is None else [key]:
             if tp in self.waiting:
                 self._check_partition(tp)
         return not self.waiting
 
-    def _check_partition(self, tp: Hashable) -> None:
+    def _check_partition(self, tp: K) -> None:
         wait = self.waiting[tp]
         status = self._check(tp, wait.required_offset, wait.leader_epoch)
         if status.done:

@@ -39,6 +39,7 @@ it reads up to the LEO. The ``follower_fetches`` purgatory is woken by a leader 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypedDict
 
 from broker.replica.codec_rules import without_zstd
 from broker.replica.delayed_fetch import DelayedFetch, FetchReadiness
@@ -255,11 +256,21 @@ class FetchReader:
             return
         offsets = {item.tp: item.fetch_offset for item in items}
         operation = DelayedFetch(
-            now_ms + max_wait_ms, min_bytes, offsets, readiness,  # type: ignore[arg-type]
+            now_ms + max_wait_ms, min_bytes, offsets, readiness,
             lambda: callback(read()),
         )  # fmt: skip
         if not purgatory.try_complete_else_watch(operation):
             self.on_deadline(now_ms + max_wait_ms)
+
+
+class _PartitionState(TypedDict):
+    """The fields of a partition's fetch answer that do not depend on what it reads."""
+
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    leader_id: int
+    leader_epoch: int
 
 
 def _answer(
@@ -268,7 +279,7 @@ def _answer(
     item: FetchRequestPartition,
     budget: FetchBudget,
     max_offset: int | None,
-    base: dict[str, int],
+    base: _PartitionState,
 ) -> FetchResult:
     """One partition's answer once the partition decided: its error, its diverging epoch, or the
     records from ``fetch_offset`` (below ``max_offset``: a consumer's HW) within the budget."""

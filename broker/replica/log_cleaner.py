@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from proto import errors
+from proto.kafka_types import TopicPartition
 from proto.runtime.logfmt import log_event
 from storage import cleaner
 from storage.log import Log
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 class LogCleanerDriver:
     """Runs compaction passes for the logs ``logs()`` returns (the replica manager's hosted logs)."""
 
-    def __init__(self, logs: Callable[[], dict[tuple[str, int], Log]], backoff_ms: int) -> None:
+    def __init__(self, logs: Callable[[], dict[TopicPartition, Log]], backoff_ms: int) -> None:
         self.logs = logs
         self.backoff_ms = backoff_ms
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
@@ -66,7 +67,7 @@ class LogCleanerDriver:
                 swapped += 1
         return swapped
 
-    async def _clean(self, tp: tuple[str, int], plog: Log, plan: cleaner.CleaningPlan) -> bool:
+    async def _clean(self, tp: TopicPartition, plog: Log, plan: cleaner.CleaningPlan) -> bool:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         try:

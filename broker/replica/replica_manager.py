@@ -137,6 +137,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import cast
 
 from broker.follower.fetcher import (
     AppendRecords,
@@ -256,7 +257,9 @@ class ReplicaManager:
         hosted: dict[TopicPartition, tuple[str, PartitionRegistration]] = {}
         for topic_id, index in image.partitions_hosted_by(self.broker_id):
             topic = image.topics[topic_id]
-            hosted[(topic.name, index)] = (topic_id, topic.partitions[index])
+            # a plain tuple, equal to the TopicPartition (proto.kafka_types); the broker simulation's
+            # traces show these keys, so they stay what they were
+            hosted[cast(TopicPartition, (topic.name, index))] = (topic_id, topic.partitions[index])
         # Gone, moved away, or re-created under the same name (a new topic id): the local replica is
         # deleted, as Kafka's StopReplica(delete=true) does; a new replica starts from an empty log.
         moved = [tp for tp in self._applied if tp not in hosted or hosted[tp][0] != self.topic_ids.get(tp[0])]
@@ -443,8 +446,8 @@ class ReplicaManager:
             return
         already_done = {tp: ProduceOutcome(r.code, r.message) for tp, r in results.items() if r.code != 0}
         operation = DelayedProduce(
-            now_ms + timeout_ms, waits, self._produce_check,  # type: ignore[arg-type]
-            lambda outcomes: self._answer_produce(callback, results, outcomes),  # type: ignore[arg-type]
+            now_ms + timeout_ms, waits, self._produce_check,
+            lambda outcomes: self._answer_produce(callback, results, outcomes),
             already_done,
         )  # fmt: skip
         if not self.produces.try_complete_else_watch(operation):
@@ -509,7 +512,7 @@ class ReplicaManager:
         )  # fmt: skip
         return result, ProduceWait(verdict.last_offset + 1, partition.leader_epoch)
 
-    def _leader_tail(self, tp: TopicPartition) -> tuple[int, int, int, int]:
+    def _leader_tail(self, tp: TopicPartition) -> tuple[int, int, int, int, int]:
         """(base offset, log append time, log start offset, leader id, leader epoch) after the message."""
         plog = self.logs.get(tp)
         return (NO_OFFSET, NO_TIMESTAMP, plog.log_start_offset if plog else NO_OFFSET, *self._leader_of(tp))
@@ -588,7 +591,7 @@ class ReplicaManager:
         partition_epoch: int = NO_EPOCH,
         isr: Iterable[int] = (),
     ) -> None:
-        tp = (proposal.topic, proposal.partition)
+        tp = cast(TopicPartition, (proposal.topic, proposal.partition))  # a plain tuple, as in apply_image
         partition = self.partitions.get(tp)
         if partition is None:
             return

@@ -51,7 +51,7 @@ class ProduceResult:
 @dataclass(frozen=True, slots=True)
 class ProduceRequestPartition:
     tp: TopicPartition
-    records: bytes
+    records: bytes | bytearray | memoryview  # a produce request's: a view of its frame
     current_leader_epoch: int | None
 
 

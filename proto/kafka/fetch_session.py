@@ -121,8 +121,8 @@ class FetchSessionCache:
                 self._sessions.pop(session_id, None)
             if session_epoch == FINAL_EPOCH:
                 return SessionContext(ErrorCode.NONE, "", NO_SESSION_ID, dict(updated))
-            session = self._open(replica_id, dict(updated))
-            return SessionContext(ErrorCode.NONE, "", session.session_id, dict(updated))
+            opened = self._open(replica_id, dict(updated))
+            return SessionContext(ErrorCode.NONE, "", opened.session_id, dict(updated))
         session = self._sessions.get(session_id)
         if session is None or session.replica_id != replica_id:
             return SessionContext(

@@ -42,7 +42,7 @@ from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
 from proto.kafka.topic_ids import topic_id_of, uuid_of
-from proto.kafka_types import NO_OFFSET
+from proto.kafka_types import NO_OFFSET, TopicPartition
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -237,6 +237,7 @@ async def handle_delete_topics(
         )
     for name, topic_id in wanted:
         shown_id = topic_id
+        code: int
         if name is None:
             code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id!r}"
         elif name in twice:
@@ -609,7 +610,7 @@ def handle_delete_records(
     for t in request.topics:
         partitions = []
         for p in t.partitions:
-            r = services.manager.delete_records((t.name, p.partition_index), p.offset)
+            r = services.manager.delete_records(TopicPartition(t.name, p.partition_index), p.offset)
             partitions.append(
                 m.DeleteRecordsResponseDeleteRecordsPartitionResult(
                     partition_index=p.partition_index,
@@ -628,7 +629,7 @@ def handle_describe_producers(
     for t in request.topics:
         partitions = []
         for index in t.partition_indexes:
-            error, entries = services.manager.producer_entries((t.name, index))
+            error, entries = services.manager.producer_entries(TopicPartition(t.name, index))
             partitions.append(
                 m.DescribeProducersResponsePartitionResponse(
                     partition_index=index,

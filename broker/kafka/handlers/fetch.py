@@ -62,7 +62,7 @@ def handle_fetch(
     names: list[str | None] = []
     items = []
     for t in request.topics:
-        name = t.topic
+        name: str | None = t.topic
         if by_id:
             topic = image.topics.get(topic_id_of(t.topic_id))
             name = topic.name if topic is not None else None
@@ -71,7 +71,7 @@ def handle_fetch(
             continue
         items += [
             FetchRequestPartition(
-                (name, p.partition),
+                TopicPartition(name, p.partition),
                 p.fetch_offset,
                 p.partition_max_bytes if p.partition_max_bytes > 0 else DEFAULT_PARTITION_MAX_BYTES,
                 p.current_leader_epoch if p.current_leader_epoch >= 0 else None,
@@ -112,7 +112,7 @@ def _response(
             partitions = [_unknown_topic_id(p.partition) for p in t.partitions]
         else:
             partitions = [
-                _partition(image, name, p.partition, results[(name, p.partition)], leaders)
+                _partition(image, name, p.partition, results[TopicPartition(name, p.partition)], leaders)
                 for p in t.partitions
             ]
         topics.append(m.FetchResponseFetchableTopicResponse(topic=name or "", topic_id=t.topic_id,

@@ -88,6 +88,7 @@ async def handle_find_coordinator(
 async def _coordinator(
     services: BrokerServices, context: RequestContext, key_type: int, key: str
 ) -> m.FindCoordinatorResponseCoordinator:
+    problem: GroupError | None
     if key_type == TRANSACTION_KEY_TYPE:
         problem = error(
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,

@@ -20,7 +20,7 @@ from broker.kafka.handlers.context import BrokerServices, RequestContext
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
-from proto.kafka_types import NO_OFFSET
+from proto.kafka_types import NO_OFFSET, TopicPartition
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -54,7 +54,7 @@ def _list_offset(
             partition_index=p.partition_index, error_code=ErrorCode.INVALID_REQUEST
         )
     r = services.manager.list_offset(
-        (topic, p.partition_index), spec, p.timestamp, _epoch(p.current_leader_epoch)
+        TopicPartition(topic, p.partition_index), spec, p.timestamp, _epoch(p.current_leader_epoch)
     )
     code = r.code
     if code == ErrorCode.OFFSET_NOT_AVAILABLE and version < OFFSET_NOT_AVAILABLE_VERSION:
@@ -74,7 +74,7 @@ def handle_offset_for_leader_epoch(
         partitions = []
         for p in t.partitions:
             error, end = services.manager.offsets_for_leader_epoch(
-                (t.topic, p.partition), _epoch(p.current_leader_epoch), p.leader_epoch
+                TopicPartition(t.topic, p.partition), _epoch(p.current_leader_epoch), p.leader_epoch
             )
             partitions.append(
                 m.OffsetForLeaderEpochResponseEpochEndOffset(

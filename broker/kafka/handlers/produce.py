@@ -45,13 +45,15 @@ def handle_produce(
 ) -> m.ProduceResponse | Later | Close | object:
     if request.transactional_id is not None:
         results = {
-            (t.name, p.index): ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, NO_TRANSACTIONS)
+            TopicPartition(t.name, p.index): ProduceResult(
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, NO_TRANSACTIONS
+            )
             for t in request.topic_data
             for p in t.partition_data
         }
         return _response(services, context, request, results)
     items = [
-        ProduceRequestPartition((t.name, p.index), p.records if p.records is not None else b"", None)
+        ProduceRequestPartition(TopicPartition(t.name, p.index), _request_records(p.records), None)
         for t in request.topic_data
         for p in t.partition_data
     ]
@@ -80,6 +82,15 @@ def handle_produce(
     return Later(future, functools.partial(_response, services, context, request))
 
 
+def _request_records(records: m.Records | None) -> bytes | bytearray | memoryview:
+    """A partition's records as decoded from the request: a view of its frame (never a file region,
+    which only an answer holds); null is no records."""
+    if records is None:
+        return b""
+    assert isinstance(records, (bytes, bytearray, memoryview))
+    return records
+
+
 def _response(
     services: BrokerServices,
     context: RequestContext,
@@ -93,7 +104,7 @@ def _response(
     for t in request.topic_data:
         partitions = []
         for p in t.partition_data:
-            r = results[(t.name, p.index)]
+            r = results[TopicPartition(t.name, p.index)]
             out = m.ProduceResponsePartitionProduceResponse(
                 index=p.index, error_code=r.code, base_offset=r.base_offset,
                 log_append_time_ms=r.log_append_time_ms, log_start_offset=r.log_start_offset,

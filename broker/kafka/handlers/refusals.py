@@ -187,7 +187,7 @@ class RefusalLog:
             if previous:
                 self._summary(key, previous)
             level = logging.INFO if e.code in INSTRUCTION_CODES else logging.WARNING
-            fields: dict[str, object] = {"client": context.client, "client_id": client_id, "api": api,
+            fields: dict[str, Any] = {"client": context.client, "client_id": client_id, "api": api,
                                          "code": e.name}  # fmt: skip
             if e.topic is not None:
                 fields["topic"] = e.topic

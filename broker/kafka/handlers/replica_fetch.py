@@ -59,14 +59,14 @@ def handle_replica_fetch(
             continue
         for p in t.partitions:
             max_bytes = p.partition_max_bytes if p.partition_max_bytes > 0 else DEFAULT_PARTITION_MAX_BYTES
-            updated[(name, p.partition)] = PartitionFetchRequest(
+            updated[TopicPartition(name, p.partition)] = PartitionFetchRequest(
                 p.fetch_offset, p.current_leader_epoch, p.last_fetched_epoch, max_bytes, topic_id
             )
     forgotten = []
     for f in request.forgotten_topics_data:
         name, _ = _resolve(services, by_id, f.topic, f.topic_id)
         if name is not None:
-            forgotten += [(name, index) for index in f.partitions]
+            forgotten += [TopicPartition(name, index) for index in f.partitions]
     session = services.fetch_sessions.new_context(
         replica_id, request.session_id, request.session_epoch, updated, forgotten
     )
