@@ -222,7 +222,7 @@ def alter_partition_item(
     data, never admits a broker to the ISR). A member being added must carry its epoch; -1 (unknown)
     is accepted only for members already in the ISR (a new leader may not have heard from them yet)."""
 
-    def fail(code: int, message: str) -> tuple[None, AlterPartitionItemResult]:
+    def fail(code: Code, message: str) -> tuple[None, AlterPartitionItemResult]:
         return None, AlterPartitionItemResult(item.topic_id, item.partition, ApiError(code, message))
 
     where = f"partition {item.partition} of topic id {item.topic_id}"

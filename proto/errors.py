@@ -6,9 +6,14 @@ equal to ``common_pb2.ErrorCode``. ``RETRIABLE`` lists the codes that Kafka's cl
 code has one exception class, ``KafkaError`` subclasses named in Kafka's style
 (``NOT_LEADER_OR_FOLLOWER`` -> ``NotLeaderOrFollowerError``); ``error_for(code, message)`` builds
 the right one, so callers can ``except errors.NotLeaderOrFollowerError``.
+
+``ApiError(code, message)`` is the one value type an error code travels as between modules (a
+controller's per-item result, a group request's answer, a handler's outcome); ``OK`` is success.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from proto.error_codes import ErrorCode
 
@@ -50,6 +55,21 @@ RETRIABLE: frozenset[int] = frozenset(
 
 def is_retriable(code: int) -> bool:
     return code in RETRIABLE
+
+
+@dataclass(frozen=True, slots=True)
+class ApiError:
+    """A Kafka error code and a message a person can act on (``OK`` when it succeeded)."""
+
+    code: ErrorCode
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == ErrorCode.NONE
+
+
+OK = ApiError(ErrorCode.NONE)
 
 
 class KafkaError(Exception):
