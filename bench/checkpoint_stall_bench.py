@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from broker.replica.checkpoint_writer import CheckpointWriter
-from storage.clock import wall_clock_ms
+from proto.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 from storage.record_batch import build_batch

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from proto.clock import wall_clock_ms  # noqa: E402
 from storage import cleaner  # noqa: E402
-from storage.clock import wall_clock_ms  # noqa: E402
 from storage.compression import CompressionType  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
 from storage.log import Log  # noqa: E402

@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT))
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 from kafka.record.memory_records import MemoryRecords  # noqa: E402
 
+from proto.clock import wall_clock_ms  # noqa: E402
 from storage import log_validator  # noqa: E402
 from storage.batch_header import iter_batches as iter_headers  # noqa: E402
-from storage.clock import wall_clock_ms  # noqa: E402
 from storage.compression import CompressionType  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
 from storage.log import Log  # noqa: E402

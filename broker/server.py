@@ -49,7 +49,6 @@ import logging
 import os
 import signal
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -82,6 +81,7 @@ from proto import (
     controller_pb2_grpc,
     metadata_pb2,
 )
+from proto.clock import monotonic_ms, wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka_types import TopicPartition
 from proto.runtime import ready_file
@@ -102,7 +102,6 @@ from proto.runtime.meta_properties import (
 from proto.runtime.metrics import MetricsEndpoint, serve_metrics
 from proto.runtime.serving import GRPC_OPTIONS, add_standard_services, start_shutdown_watchdog
 from proto.runtime.settings import check_data_dir
-from storage.clock import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +117,6 @@ CONTROLLER_CALL_TIMEOUT_S = 5.0
 REREGISTER_CODES = (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED)
 SHUTDOWN_HEARTBEAT_S = 0.05
 STOP_DEADLINE_S = 15.0  # after the controlled shutdown's own timeout (start_shutdown_watchdog)
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class BrokerFailedError(Exception):

@@ -37,6 +37,7 @@ from metadata.controller import ControllerResult, QuorumController
 from metadata.records import encode_batch
 from metadata.state_machine import MetadataStateMachine
 from proto import common_pb2, errors
+from proto.clock import monotonic_ms
 from proto.runtime.logfmt import log_event
 from raft.config import QuorumConfig
 from raft.driver import NotLeaderError, RaftDriver
@@ -47,10 +48,6 @@ log = logging.getLogger(__name__)
 FORWARDED_HEADER = "x-pykraft-forwarded"
 LEADER_POLL_S = 0.02
 LARGE_DECISION_RECORDS = 1_000  # log how long decisions this large take
-
-
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class ActiveController:
@@ -72,7 +69,7 @@ class ActiveController:
         term = self.driver.term
         if self._active_term != term:
             await self.driver.propose(b"")  # barrier: everything committed before is now applied
-            self.controller.activate(now_ms())
+            self.controller.activate(monotonic_ms())
             await self._maybe_write_cluster_id()
             self._active_term = term
             log_event(log, logging.INFO, "controller_activated", term=term)
@@ -92,7 +89,7 @@ class ActiveController:
         async with self._lock:
             await self._ensure_active()
             started = time.perf_counter()
-            result = generate(now_ms())
+            result = generate(monotonic_ms())
             if not result.records:
                 return result.response, None
             try:

@@ -63,6 +63,7 @@ from typing import Any, Protocol
 import grpc
 
 from proto import errors, raft_pb2_grpc
+from proto.clock import monotonic_ms
 from proto.runtime.logfmt import log_event
 from raft.config import QuorumConfig
 from raft.core import RaftConfig, RaftNode, Role
@@ -163,10 +164,6 @@ class _Proposal:
 Waiters = dict[tuple[int, type], collections.deque["asyncio.Future[Message | None]"]]
 
 
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class RaftDriver:
     """Owns a core, its store and transport; see the module docstring for the API and the loop."""
 
@@ -215,7 +212,7 @@ class RaftDriver:
             hard_state=stored.hard_state,
             entries=stored.entries,
             snapshot=stored.snapshot,
-            now_ms=now_ms(),
+            now_ms=monotonic_ms(),
         )
         peers = {v.node_id: v.address for v in cfg.voters.peers_of(cfg.node_id)}
         self._transport = Transport(cfg.node_id, peers, self._deliver_response, cfg.rpc_timeout_s)
@@ -362,7 +359,7 @@ class RaftDriver:
     async def _run(self) -> None:
         while not self._stopped:
             await self._wait_for_work()
-            now = now_ms()
+            now = monotonic_ms()
             waiters = self._step_inbox(now)
             self._submit_user_requests(now)
             deadline = self.core.next_deadline_ms()
@@ -380,7 +377,7 @@ class RaftDriver:
             self._wakeup.clear()
             return
         deadline = self.core.next_deadline_ms()
-        wait_ms = MAX_IDLE_WAIT_MS if deadline is None else min(MAX_IDLE_WAIT_MS, deadline - now_ms())
+        wait_ms = MAX_IDLE_WAIT_MS if deadline is None else min(MAX_IDLE_WAIT_MS, deadline - monotonic_ms())
         if wait_ms > 0:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_ms / 1000):  # not wait_for: see "Stopping"

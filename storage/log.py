@@ -45,7 +45,6 @@ from proto.kafka_types import NO_TIMESTAMP
 from storage import cleaner, compaction, log_loader, log_validator, producer_state_log
 from storage.batch_header import BatchHeader, CorruptRecordError
 from storage.checkpoint import OffsetCheckpoint
-from storage.clock import wall_clock_ms  # re-exported for the callers that import it from here
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.file_slice import FileSlice
@@ -62,7 +61,6 @@ __all__ = [
     "LogAppendInfo",
     "TimestampAndOffset",
     "UnexpectedAppendOffsetError",
-    "wall_clock_ms",
 ]
 
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest constants).
@@ -124,7 +122,7 @@ class Log:
       ``size_bytes``, ``segment_base_offsets``, ``leader_epoch_cache``, ``latest_epoch``.
 
     ``clock_ms`` (injected: the Log never reads the time itself) gives the time for segment.ms,
-    retention.ms, flush.ms, LogAppendTime and producer expiry: ``storage.clock.wall_clock_ms`` in the
+    retention.ms, flush.ms, LogAppendTime and producer expiry: ``proto.clock.wall_clock_ms`` in the
     broker, a fake or virtual clock in tests and the simulation.
     """
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 from broker.follower.fetcher import (
@@ -52,6 +51,7 @@ from broker.follower.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.replica.divergence import EpochEndOffset
 from broker.replica.replica_manager import ReplicaManager
 from proto import errors
+from proto.clock import monotonic_ms
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.codec import KafkaDecodeError
@@ -76,10 +76,6 @@ class FetchAnswerError(Exception):
 
 # What makes one fetch fail (the partitions back off); anything else is a bug and is logged as one.
 FETCH_FAILURES = (KafkaConnectionError, TimeoutError, KafkaDecodeError, FetchAnswerError)
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 def _background(awaitable) -> None:

@@ -34,10 +34,10 @@ from broker.group.record_serde import CorruptOffsetsRecordError, decode_batches,
 from broker.replica.partition import ACKS_ALL
 from broker.replica.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
 from metadata.image import MetadataImage
+from proto.clock import wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka_types import TopicPartition
 from proto.runtime.logfmt import log_event
-from storage.log import wall_clock_ms
 from storage.log_validator import AppendOrigin
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,11 @@ import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from proto import errors
+from proto.clock import wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from pykraft.admin import AdminClient, PartitionInfo
 from pykraft.cluster import LocalCluster, NodeSpec
-from storage.clock import wall_clock_ms
 from storage.log import Log
 from storage.record_batch import build_batch, decode_records
 from tests import kafka_call as kafka

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from storage.clock import wall_clock_ms
+from proto.clock import wall_clock_ms
 from storage.log import Log
 from storage.record_batch import iter_batches
 from tests.integration.broker.broker_cluster import BrokerCluster, running_cluster, wait_for

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from storage.clock import wall_clock_ms
+from proto.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 

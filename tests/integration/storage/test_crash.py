@@ -30,8 +30,8 @@ import pytest
 from crash_writer import BASE_TIMESTAMP, CONFIG, expected_value
 from kafka.record.default_records import DefaultRecordBatch
 
+from proto.clock import wall_clock_ms
 from storage.batch_header import validate_batch
-from storage.clock import wall_clock_ms
 from storage.log import Log
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

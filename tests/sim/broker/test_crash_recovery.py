@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from proto.clock import wall_clock_ms
 from storage.batch_header import iter_batches
-from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 from storage.record_batch import build_batch

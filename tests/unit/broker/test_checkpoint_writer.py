@@ -16,8 +16,8 @@ import pytest
 
 import storage.checkpoint
 from broker.replica.checkpoint_writer import THREAD_NAME_PREFIX, CheckpointWriter
+from proto.clock import wall_clock_ms
 from storage.checkpoint import OffsetCheckpoint
-from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 from storage.log_loader import HIGH_WATERMARK_FILE

@@ -22,9 +22,9 @@ from broker.replica.replica_manager import (
 from broker.replica.replica_requests import FetchRequestPartition, FetchResult
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from proto.clock import wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka_types import TopicPartition
-from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 
 TOPIC, TOPIC_ID = "t", "topic-id-t"

@@ -34,12 +34,12 @@ from metadata.records import (
     RegisterBrokerRecord,
     TopicRecord,
 )
+from proto.clock import wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_request, parse_response
 from proto.kafka.codec import FrameParts
 from proto.kafka.topic_ids import uuid_of
-from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch, decode_records
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"

@@ -12,8 +12,8 @@ import pytest
 
 from broker.config import BrokerConfigError, parse_overrides
 from broker.replica.log_cleaner import LogCleanerDriver
+from proto.clock import wall_clock_ms
 from storage import cleaner
-from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 from storage.record_batch import build_batch, iter_records

@@ -33,9 +33,9 @@ from metadata.records import (
     RemoveTopicRecord,
     TopicRecord,
 )
+from proto.clock import wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka_types import TopicPartition
-from storage.clock import wall_clock_ms
 from storage.epoch_cache import EpochEntry
 from storage.record_batch import build_batch, decode_records
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from proto.clock import wall_clock_ms
 from storage import cleaner, producer_snapshot
-from storage.clock import wall_clock_ms
 from storage.config import LogConfig
 from storage.log import Log
 from storage.producer_state import APPEND, Duplicate, ProducerBatch, Reject

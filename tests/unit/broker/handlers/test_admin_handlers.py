@@ -19,6 +19,7 @@ from broker.replica.replica_manager import ProduceRequestPartition, ReplicaManag
 from metadata.image import MetadataImage
 from metadata.records import ClusterIdRecord, Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
 from proto import admin_pb2, common_pb2
+from proto.clock import wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import (
@@ -30,7 +31,6 @@ from proto.kafka.api import (
     parse_response,
 )
 from proto.kafka.topic_ids import uuid_of
-from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 
 LISTENER = "PLAINTEXT"

@@ -18,12 +18,12 @@ from broker.metrics import KafkaRequestMetrics
 from broker.replica.replica_manager import ProduceRequestPartition, ReplicaManager
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from proto.clock import wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
 from proto.kafka.fetch_session import FetchSessionCache
 from proto.kafka.topic_ids import uuid_of
-from storage.clock import wall_clock_ms
 from storage.record_batch import build_batch
 
 T_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
