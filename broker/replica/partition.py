@@ -10,7 +10,12 @@ watermark is, whether a request's leader epoch is current, and which ISR change 
   committed end: ``log_start_offset <= high_watermark <= log_end_offset``.
 - **Leader.** For every other replica it keeps the follower's LEO (the ``fetch_offset`` of its last
   fetch that did not diverge) and when it last caught up to the leader's LEO. It sets
-  ``HW = max(HW, min(LEO of every member of the maximal ISR, own LEO))`` (``maybe_increment_high_watermark``).
+  ``HW = max(HW, min(LEO of every member of the maximal ISR, own LEO))`` (``maybe_increment_high_watermark``),
+  where the minimum also takes each follower outside the ISR that is caught up (within
+  ``replica_lag_time_max_ms``) and eligible to join: the HW waits for it, so that its LEO can reach
+  the HW and it rejoins even while appends keep arriving (Kafka's ``shouldWaitForReplicaToJoinIsr``).
+  The HW does not move at all while the committed ISR is smaller than min.insync.replicas, capped at
+  the replication factor (``effective_min_insync_replicas``; KAFKA-15583, Kafka >= 3.7).
   A new leader epoch forgets the followers' LEOs, so the HW waits until each in-sync follower has
   fetched (and so truncated any divergent suffix) in the new epoch.
 - **ISR.** The leader proposes changes; the controller commits them (AlterPartition), and only then
@@ -329,13 +334,25 @@ class Partition:
         error = self.check_leader(current_leader_epoch)
         if error is not None:
             return error
-        if acks == ACKS_ALL and len(self.isr) < self.min_insync_replicas:
+        if acks == ACKS_ALL and len(self.isr) < self.effective_min_insync_replicas:
             return PartitionError(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
                 f"{self._name()}: ISR {sorted(self.isr)} has {len(self.isr)} replicas, fewer than "
-                f"min.insync.replicas={self.min_insync_replicas}; nothing was appended",
+                f"{self._min_insync_replicas_text()}; nothing was appended",
             )
         return None
+
+    @property
+    def effective_min_insync_replicas(self) -> int:
+        """min.insync.replicas capped at the replication factor (Kafka's ``effectiveMinIsr``): a topic
+        configured with more than it has replicas needs all of them in the ISR, not the impossible."""
+        return min(self.min_insync_replicas, max(len(self.replicas), 1))
+
+    def _min_insync_replicas_text(self) -> str:
+        if self.effective_min_insync_replicas == self.min_insync_replicas:
+            return f"min.insync.replicas={self.min_insync_replicas}"
+        configured, effective = self.min_insync_replicas, self.effective_min_insync_replicas
+        return f"min.insync.replicas={configured} (in effect {effective}: the replication factor)"
 
     def check_enough_replicas_reach_offset(self, required_offset: int, leader_epoch: int) -> ProduceCheck:
         """For a delayed acks=all produce appended in ``leader_epoch`` up to ``required_offset``."""
@@ -348,12 +365,12 @@ class Partition:
             )
         if self.high_watermark < required_offset:
             return PRODUCE_PENDING
-        if len(self.maximal_isr) < self.min_insync_replicas:
+        if len(self.maximal_isr) < self.effective_min_insync_replicas:
             return ProduceCheck(
                 True,
                 ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 f"{self._name()}: appended, but the ISR shrank to {sorted(self.maximal_isr)}, below "
-                f"min.insync.replicas={self.min_insync_replicas}",
+                f"{self._min_insync_replicas_text()}",
             )
         return ProduceCheck(True)
 
@@ -369,13 +386,14 @@ class Partition:
     def remote_replica(self, replica_id: int) -> RemoteReplicaState | None:
         return self._remote.get(replica_id)
 
-    def on_local_append(self, log_end_offset: int) -> int | None:
-        """The local log grew to ``log_end_offset``; on the leader returns the old HW if the HW moved."""
+    def on_local_append(self, log_end_offset: int, now_ms: int) -> int | None:
+        """The local log grew to ``log_end_offset`` at ``now_ms``; on the leader returns the old HW if
+        the HW moved."""
         assert log_end_offset >= self.log_end_offset, (
             f"append moved LEO back {self.log_end_offset}->{log_end_offset}"
         )
         self.log_end_offset = log_end_offset
-        return self.maybe_increment_high_watermark() if self.role is Role.LEADER else None
+        return self.maybe_increment_high_watermark(now_ms) if self.role is Role.LEADER else None
 
     def handle_consumer_fetch(
         self,
@@ -448,7 +466,7 @@ class Partition:
             error = self._out_of_range(fetch_offset, self.log_end_offset)
             return self._fetch_result(error=error)
         self.update_follower_fetch_state(replica_id, fetch_offset, self.log_end_offset, now_ms, broker_epoch)
-        old_high_watermark = self.maybe_increment_high_watermark()
+        old_high_watermark = self.maybe_increment_high_watermark(now_ms)
         proposal = self.maybe_expand_isr(replica_id)
         return self._fetch_result(high_watermark_advanced_from=old_high_watermark, isr_proposal=proposal)
 
@@ -520,19 +538,38 @@ class Partition:
             broker_epoch=max(broker_epoch, old.broker_epoch),
         )
 
-    def maybe_increment_high_watermark(self) -> int | None:
-        """Leader: HW = max(HW, min LEO over the maximal ISR); returns the old HW if it moved."""
-        if self.role is not Role.LEADER:
+    def maybe_increment_high_watermark(self, now_ms: int) -> int | None:
+        """Leader: HW = max(HW, min LEO over the maximal ISR and the followers about to join it);
+        returns the old HW if it moved (Kafka's ``maybeIncrementLeaderHW``).
+
+        The HW does not move while the committed ISR is smaller than min.insync.replicas
+        (``effective_min_insync_replicas``; KAFKA-15583, Kafka >= 3.7). It also waits for a follower
+        outside the ISR that is caught up (``_is_caught_up`` at ``now_ms``) and eligible to join
+        (``_should_wait_to_join``): else, under steady appends, the HW runs ahead to the leader's LEO
+        on every append and such a follower's LEO never reaches it, so it never rejoins."""
+        if self.role is not Role.LEADER or len(self.isr) < self.effective_min_insync_replicas:
             return None
         new_high_watermark = self.log_end_offset
-        for replica_id in self.maximal_isr:
-            if replica_id != self.local_broker_id:
-                new_high_watermark = min(new_high_watermark, self._remote[replica_id].log_end_offset)
+        maximal_isr = self.maximal_isr
+        for replica_id, remote in self._remote.items():
+            if remote.log_end_offset < new_high_watermark and (
+                replica_id in maximal_isr or self._should_wait_to_join(remote, now_ms)
+            ):
+                new_high_watermark = remote.log_end_offset
         if new_high_watermark <= self.high_watermark:
             return None
         old, self.high_watermark = self.high_watermark, new_high_watermark
         self._note_high_watermark()
         return old
+
+    def _should_wait_to_join(self, remote: RemoteReplicaState, now_ms: int) -> bool:
+        """A follower outside the ISR that the HW waits for (Kafka's ``shouldWaitForReplicaToJoinIsr``):
+        it fetched in this leader epoch (its LEO is known), is caught up and may join the ISR."""
+        return (
+            remote.log_end_offset != UNKNOWN_OFFSET
+            and self._is_caught_up(remote, now_ms)
+            and self.isr_ineligibility(remote.replica_id) is None
+        )
 
     def _is_caught_up(self, remote: RemoteReplicaState, now_ms: int) -> bool:
         return (
@@ -612,8 +649,11 @@ class Partition:
         leader_epoch: int = NO_EPOCH,
         partition_epoch: int = NO_EPOCH,
         isr: Iterable[int] = (),
+        *,
+        now_ms: int,
     ) -> int | None:
-        """The controller answered ``proposal``; returns the old HW if committing the ISR moved it.
+        """The controller answered ``proposal`` at ``now_ms``; returns the old HW if committing the ISR
+        moved it.
 
         An answer to an older proposal, or from another leader epoch, changes nothing: the metadata
         log will say. On success the committed ISR is adopted at once (the matching metadata record
@@ -630,7 +670,7 @@ class Partition:
         isr_set = frozenset(isr)
         assert self.local_broker_id in isr_set, f"committed ISR {sorted(isr_set)} lacks the leader"
         self.isr, self.partition_epoch, self.pending_isr = isr_set, partition_epoch, None
-        return self.maybe_increment_high_watermark()
+        return self.maybe_increment_high_watermark(now_ms)
 
     # ---- follower -------------------------------------------------------------------------------
 

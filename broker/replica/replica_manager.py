@@ -45,7 +45,7 @@ the one last applied and acts on the changed ones; with ``reg`` the partition's 
   starts at its LEO before any append (Kafka's makeLeader) — then ``partition.become_leader(
   reg.leader_epoch, reg.partition_epoch, reg.isr, reg.replicas, log.log_end_offset,
   log.high_watermark, now_ms, log.log_start_offset)``; remove the partition from its fetcher; then
-  ``maybe_increment_high_watermark()`` and, if it moved, ``log.update_high_watermark`` and wake both
+  ``maybe_increment_high_watermark(now_ms)`` and, if it moved, ``log.update_high_watermark`` and wake both
   purgatories for the partition. A new leadership also answers every delayed operation on the
   partition at once (a fetch parked on the old role must not wait).
 - otherwise: ``partition.become_follower(reg.leader, ...)``. If it returns True: complete the
@@ -67,7 +67,7 @@ cannot decode (5-7), or zstd in a Produce below v7 -> UNSUPPORTED_COMPRESSION_TY
 ``log.validate_as_leader(records, origin)`` (header/CRC/size and LogValidator rules), then the
 idempotent-producer state, then ``log.append_validated_as_leader(valid, partition.leader_epoch)`` —
 Kafka's order; all or nothing: a KafkaError becomes the partition's error; then
-``partition.on_local_append(log.log_end_offset)`` (an ISR of one moves the HW at once);
+``partition.on_local_append(log.log_end_offset, now_ms)`` (an ISR of one moves the HW at once);
 ``follower_fetches.check_and_complete(tp)`` (followers long-polling for new data). acks=0/1 answer
 now. acks=all: ``produces.try_complete_else_watch(DelayedProduce(now + timeout_ms, {tp:
 ProduceWait(last offset + 1, leader_epoch)}, check, answer))`` with ``check =
@@ -96,7 +96,7 @@ Loop: ``plan = fetcher.build_request(now_ms)``; send it (one outstanding request
 ``actions = fetcher.handle_response(plan.request_id, answers, local_view, now_ms)`` where
 ``local_view(tp) = LocalLogView(log.leader_epoch_cache.entries, log.log_end_offset,
 partition.high_watermark)``; apply each action:
-``AppendRecords`` -> ``log.append_as_follower(records)``, ``partition.on_local_append(leo)``,
+``AppendRecords`` -> ``log.append_as_follower(records)``, ``partition.on_local_append(leo, now_ms)``,
 ``partition.update_follower_high_watermark(leader_hw)`` and ``log.update_high_watermark``;
 ``TruncateTo`` -> ``log.truncate_to(offset)``, ``partition.on_local_truncate(log.log_end_offset)``;
 ``TruncateFullyAndStartAt`` -> ``log.truncate_fully_and_start_at(offset)``,
@@ -299,7 +299,7 @@ class ReplicaManager:
                       leader_epoch=reg.leader_epoch, isr=reg.isr)  # fmt: skip
             self._partition_changed(tp)
             self._notify_role(tp, True, reg.leader_epoch)
-        if partition.maybe_increment_high_watermark() is not None:
+        if partition.maybe_increment_high_watermark(now_ms) is not None:
             self._high_watermark_moved(tp)
 
     def _become_follower(
@@ -489,7 +489,7 @@ class ReplicaManager:
             info = plog.append_validated_as_leader(valid, partition.leader_epoch)
         except errors.KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
-        if partition.on_local_append(plog.log_end_offset) is not None:
+        if partition.on_local_append(plog.log_end_offset, self.clock_ms()) is not None:
             self._high_watermark_moved(tp)
         self.follower_fetches.check_and_complete(tp)
         result = ProduceResult(
@@ -595,7 +595,9 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is None:
             return
-        old = partition.handle_alter_partition_response(proposal, code, leader_epoch, partition_epoch, isr)
+        old = partition.handle_alter_partition_response(
+            proposal, code, leader_epoch, partition_epoch, isr, now_ms=self.clock_ms()
+        )
         if old is not None:
             self._high_watermark_moved(tp)
         else:
@@ -644,7 +646,7 @@ class ReplicaManager:
         records = action.records
         if records:
             plog.append_as_follower(records)  # type: ignore[arg-type]
-            partition.on_local_append(plog.log_end_offset)
+            partition.on_local_append(plog.log_end_offset, self.clock_ms())
         partition.update_follower_high_watermark(action.leader_high_watermark)
         plog.update_high_watermark(partition.high_watermark)
         start = min(action.leader_log_start_offset, partition.high_watermark)

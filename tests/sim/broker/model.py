@@ -227,7 +227,7 @@ class Cluster:
                 s.leader_epoch, s.partition_epoch, s.isr, self.replicas, log.log_end_offset, hw, self.now_ms
             )
             broker.fetcher = None
-            p.maybe_increment_high_watermark()
+            p.maybe_increment_high_watermark(self.now_ms)
         else:
             hw = max(p.high_watermark, broker.recovered_high_watermark())
             is_new = p.become_follower(
@@ -251,7 +251,7 @@ class Cluster:
         broker.log.append([Record(p.leader_epoch, value)])
         offset = broker.log.log_end_offset - 1
         self.note(f"produce b{broker_id} acks={acks} {value}@{offset}")
-        if p.on_local_append(broker.log.log_end_offset) is not None:
+        if p.on_local_append(broker.log.log_end_offset, self.now_ms) is not None:
             self._complete_acks(broker)
         if acks == ACKS_ALL:
             operation = DelayedProduce(
@@ -368,7 +368,7 @@ class Cluster:
             # storage's append_as_follower refuses a gap or overlap (UnexpectedAppendOffsetError)
             assert base_offset == log.log_end_offset, f"append at {base_offset}, LEO {log.log_end_offset}"
             log.append(list(records))
-            p.on_local_append(log.log_end_offset)
+            p.on_local_append(log.log_end_offset, self.now_ms)
             p.update_follower_high_watermark(action.leader_high_watermark)
             outcome = "ok"
             self.note(
@@ -417,7 +417,7 @@ class Cluster:
         if broker.alive:
             p = broker.partition
             old_hw = p.handle_alter_partition_response(
-                proposal, code, s.leader_epoch, s.partition_epoch, s.isr
+                proposal, code, s.leader_epoch, s.partition_epoch, s.isr, now_ms=self.now_ms
             )
             if old_hw is not None:
                 self._complete_acks(broker)

@@ -48,7 +48,7 @@ def fetch(p: Partition, replica: int, offset: int, now_ms: int, epoch: int | Non
 def test_new_leader_hw_waits_for_every_isr_follower() -> None:
     """A new leader forgets the followers' LEOs: the HW moves only once each ISR member fetched."""
     p = leader()
-    assert p.maybe_increment_high_watermark() is None
+    assert p.maybe_increment_high_watermark(0) is None
     assert fetch(p, F1, 10, 1).high_watermark_advanced_from is None
     result = fetch(p, F2, 8, 2)
     assert result.high_watermark_advanced_from == 5
@@ -60,7 +60,7 @@ def test_hw_is_min_leo_over_isr_and_monotonic() -> None:
     p = leader(isr=(LEADER, F1))
     fetch(p, F1, 9, 1)
     assert p.high_watermark == 9
-    assert p.on_local_append(15) is None
+    assert p.on_local_append(15, 1) is None
     fetch(p, F1, 15, 2)
     assert p.high_watermark == 15
     assert p.remote_replica(F2) is not None and p.high_watermark == 15  # F2 is out of the ISR
@@ -68,9 +68,9 @@ def test_hw_is_min_leo_over_isr_and_monotonic() -> None:
 
 def test_single_replica_isr_hw_follows_leo() -> None:
     p = leader(isr=(LEADER,), min_isr=1)
-    assert p.maybe_increment_high_watermark() == 5
+    assert p.maybe_increment_high_watermark(0) == 5
     assert p.high_watermark == 10
-    assert p.on_local_append(12) == 10
+    assert p.on_local_append(12, 1) == 10
     assert p.high_watermark == 12
 
 
@@ -156,7 +156,10 @@ def test_shrink_isr_after_lag_time_then_commit() -> None:
     assert p.maybe_shrink_isr(LAG_MS + 2) is None  # one proposal at a time
     assert p.isr == frozenset(REPLICAS)
     assert p.high_watermark == 7
-    assert p.handle_alter_partition_response(proposal, ErrorCode.NONE, 3, 8, (LEADER, F1)) == 7
+    old_high_watermark = p.handle_alter_partition_response(
+        proposal, ErrorCode.NONE, 3, 8, (LEADER, F1), now_ms=LAG_MS + 3
+    )
+    assert old_high_watermark == 7
     assert p.isr == {LEADER, F1} and p.partition_epoch == 8 and p.high_watermark == 10
     p.invariants()
 
@@ -168,7 +171,7 @@ def test_follower_caught_up_at_its_previous_fetch_stays_in_sync() -> None:
     t = 0
     for leo in range(11, 30):
         t += 400
-        p.on_local_append(leo)
+        p.on_local_append(leo, t - 200)
         fetch(p, F1, leo - 1, t)  # always one behind the current LEO, but at the previous LEO
         assert p.maybe_shrink_isr(t) is None, f"evicted at t={t}"
 
@@ -183,7 +186,7 @@ def test_expand_isr_needs_hw_and_epoch_start() -> None:
     result = fetch(p, F2, 10, 3)
     assert result.isr_proposal is not None and result.isr_proposal.new_isr == (LEADER, F1, F2)
     assert p.isr == {LEADER, F1} and p.maximal_isr == set(REPLICAS)
-    p.on_local_append(12)
+    p.on_local_append(12, 4)
     fetch(p, F1, 12, 4)
     assert p.high_watermark == 10  # F2 (pending) holds it
     assert p.check_enough_replicas_reach_offset(11, 3).done is False
@@ -213,7 +216,7 @@ def test_alter_partition_error(error: ErrorCode, pending_cleared: bool) -> None:
     p = leader(isr=REPLICAS)
     proposal = p.maybe_shrink_isr(LAG_MS + 1)
     assert proposal is not None
-    assert p.handle_alter_partition_response(proposal, error) is None
+    assert p.handle_alter_partition_response(proposal, error, now_ms=LAG_MS + 2) is None
     assert (p.pending_isr is None) == pending_cleared
     assert p.isr == frozenset(REPLICAS)
 
@@ -228,7 +231,8 @@ def test_metadata_update_ends_pending_and_stale_response_is_ignored() -> None:
     assert p.pending_isr is None and p.isr == {LEADER}
     assert p.become_leader(3, 7, REPLICAS, REPLICAS, 10, 5, LAG_MS + 3) is False  # stale: ignored
     assert p.isr == {LEADER}
-    assert p.handle_alter_partition_response(proposal, ErrorCode.NONE, 3, 8, (LEADER,)) is None
+    late = p.handle_alter_partition_response(proposal, ErrorCode.NONE, 3, 8, (LEADER,), now_ms=LAG_MS + 4)
+    assert late is None
 
 
 def test_delayed_produce_check() -> None:
@@ -239,8 +243,9 @@ def test_delayed_produce_check() -> None:
     lost = p.check_enough_replicas_reach_offset(8, 2)
     assert lost.done and lost.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     p.become_leader(3, 8, (LEADER,), REPLICAS, 10, 9, 2)
-    p.maybe_increment_high_watermark()
-    after = p.check_enough_replicas_reach_offset(10, 3)
+    assert p.maybe_increment_high_watermark(2) is None  # below min.insync.replicas: the HW stays
+    assert p.check_enough_replicas_reach_offset(10, 3).done is False
+    after = p.check_enough_replicas_reach_offset(9, 3)  # the HW passed it before the shrink
     assert after.done and after.code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
@@ -412,3 +417,94 @@ def test_isr_expansion_requires_an_eligible_follower(registered, fetch_epoch: in
     result = p.handle_follower_fetch(F2, 10, 3, 3, entries, 4, broker_epoch=current)
     assert result.isr_proposal is not None and result.isr_proposal.new_isr_with_epochs[-1] == (F2, current)
     p.invariants()
+
+
+# ---- issue 24 §1: a follower rejoins an ISR of {leader} under steady appends; min.insync.replicas ----
+
+
+def steady_appends_then_fetch(p: Partition, replica: int, rounds: int, t0: int = 0, step_ms: int = 50):
+    """Under steady producing: one append lands between every two fetches of ``replica``, which always
+    fetches from the leader LEO its previous fetch saw. Returns the first ISR proposal, or None."""
+    t = t0
+    for _ in range(rounds):
+        t += step_ms
+        fetch_offset = p.log_end_offset  # what the previous fetch answer brought it to
+        p.on_local_append(p.log_end_offset + 1, t)
+        t += step_ms
+        result = fetch(p, replica, fetch_offset, t)
+        assert result.error is None
+        if result.isr_proposal is not None:
+            return result.isr_proposal
+    return None
+
+
+def test_caught_up_follower_rejoins_isr_of_leader_under_steady_appends() -> None:
+    """Kafka's maybeIncrementLeaderHW/shouldWaitForReplicaToJoinIsr: with the ISR = {leader}, the HW
+    waits for a follower that is caught up and eligible, so its LEO reaches the HW and it rejoins —
+    even though an append lands between every two of its fetches. (Before: the HW jumped to the
+    leader's LEO on every append and the follower, always one append behind, never rejoined.)"""
+    p = leader(isr=(LEADER,), min_isr=1, leo=10, hw=10)
+    proposal = steady_appends_then_fetch(p, F1, rounds=3)
+    assert proposal is not None and proposal.new_isr == (LEADER, F1)
+    # Meanwhile the HW never ran ahead of the caught-up follower, and acks=all waits for it (maximal ISR).
+    assert p.high_watermark == p.remote_replica(F1).log_end_offset
+    assert p.on_local_append(p.log_end_offset + 1, 1_000) is None
+
+
+def test_hw_does_not_wait_for_a_follower_that_is_not_caught_up() -> None:
+    """A follower outside the ISR that has not reached the leader's LEO within replica.lag.time.max.ms
+    (or never fetched in this epoch) does not hold the HW back: an ISR of one moves it on every append."""
+    p = leader(isr=(LEADER,), min_isr=1, leo=10, hw=10, now_ms=0)
+    assert p.on_local_append(11, 1) == 10  # F1 and F2 never fetched in this epoch
+    fetch(p, F1, 4, 2)  # far behind, never caught up (its lag window ended with the last epoch)
+    assert p.on_local_append(12, LAG_MS + 10) == 11 and p.high_watermark == 12
+    fetch(p, F1, 12, LAG_MS + 20)  # caught up (and proposed): from now on the HW waits for it
+    assert p.remote_replica(F1).last_caught_up_time_ms == LAG_MS + 20
+    assert p.on_local_append(13, LAG_MS + 30) is None and p.high_watermark == 12
+
+
+def test_hw_does_not_wait_for_an_ineligible_follower() -> None:
+    """A caught-up follower that may not join the ISR (fenced, shutting down, another incarnation:
+    Kafka's isReplicaIsrEligible) is not waited for: it could hold the HW back without ever joining."""
+    brokers = {LEADER: Registered(10), F1: Registered(11, in_controlled_shutdown=True), F2: None}
+    p = Partition("t", 0, LEADER, replica_lag_time_max_ms=LAG_MS, min_insync_replicas=1,
+                  broker_lookup=brokers.get)  # fmt: skip
+    assert p.become_leader(3, 7, (LEADER,), REPLICAS, 10, 10, 0)
+    entries = (EpochEntry(1, 0), EpochEntry(3, 4))
+    assert p.handle_follower_fetch(F1, 10, 3, 3, entries, 1, broker_epoch=11).isr_proposal is None
+    assert p.on_local_append(11, 2) == 10 and p.high_watermark == 11
+    brokers[F1] = Registered(11)  # the shutdown was cancelled: eligible again, so the HW waits
+    assert p.on_local_append(12, 3) is None and p.high_watermark == 11
+    result = p.handle_follower_fetch(F1, 11, 3, 3, entries, 4, broker_epoch=11)
+    assert result.isr_proposal is not None and result.isr_proposal.new_isr == (LEADER, F1)
+
+
+def test_hw_does_not_advance_while_isr_is_below_min_insync_replicas() -> None:
+    """KAFKA-15583 (Kafka >= 3.7): while the committed ISR is smaller than min.insync.replicas, the HW
+    does not move, even for acks=1 appends: consumers see nothing that has fewer copies than the
+    topic asks for. The HW moves again once the ISR is back at min.insync.replicas."""
+    p = leader(isr=(LEADER,), min_isr=2, leo=10, hw=5)
+    assert p.maybe_increment_high_watermark(0) is None
+    assert p.on_local_append(12, 1) is None and p.high_watermark == 5
+    result = fetch(p, F1, 12, 2)  # caught up, in the maximal ISR once proposed; still below min
+    assert result.isr_proposal is not None and p.high_watermark == 5
+    assert p.handle_alter_partition_response(
+        result.isr_proposal, ErrorCode.NONE, 3, 8, (LEADER, F1), now_ms=3
+    ) == 5
+    assert p.high_watermark == 12
+
+
+def test_min_insync_replicas_above_the_replication_factor_is_capped() -> None:
+    """Kafka's effectiveMinIsr: min.insync.replicas=5 on a topic with 3 replicas needs all 3 in the
+    ISR (not the impossible 5, which would refuse every acks=all produce forever)."""
+    p = leader(isr=REPLICAS, min_isr=5)
+    assert p.effective_min_insync_replicas == 3
+    assert p.check_append(ACKS_ALL) is None
+    fetch(p, F1, 10, 1)
+    fetch(p, F2, 10, 2)
+    assert p.high_watermark == 10 and p.check_enough_replicas_reach_offset(10, 3).code == ErrorCode.NONE
+    p.become_leader(3, 8, (LEADER, F1), REPLICAS, 10, 10, 3)
+    error = p.check_append(ACKS_ALL)
+    assert error is not None and error.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert "min.insync.replicas=5 (in effect 3: the replication factor)" in error.message
+    assert p.on_local_append(11, 4) is None and p.high_watermark == 10  # below the effective minimum

@@ -52,7 +52,7 @@ def delayed_produce(partitions, answers: Answers, name: str, deadline_ms: int, w
 
 def follower_fetched(p: Partition, offset: int, now_ms: int = 1) -> None:
     p.update_follower_fetch_state(F1, offset, p.log_end_offset, now_ms)
-    p.maybe_increment_high_watermark()
+    p.maybe_increment_high_watermark(now_ms)
 
 
 def test_produce_completes_when_every_partition_hw_passes(partitions) -> None:
@@ -120,16 +120,34 @@ def test_produce_fails_on_leadership_loss(partitions) -> None:
 
 
 def test_produce_after_isr_shrank_below_min(partitions) -> None:
-    """HW passed the batch but the ISR shrank below min.insync.replicas: NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
+    """HW passed the batch but the ISR shrank below min.insync.replicas before the produce was checked
+    again: NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
+    purgatory, answers = DelayedOperationPurgatory(), Answers()
+    purgatory.try_complete_else_watch(
+        delayed_produce(partitions, answers, "p", 500, {T0: ProduceWait(10, 5)})
+    )
+    p = partitions[T0]
+    follower_fetched(p, 10)
+    assert p.high_watermark == 10
+    p.become_leader(5, 2, (LEADER,), (LEADER, F1), 10, 10, 2)  # the controller shrank the ISR
+    assert purgatory.check_and_complete(T0) == 1
+    assert answers.log == [("p", {T0: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})]
+
+
+def test_produce_waits_while_isr_below_min(partitions) -> None:
+    """KAFKA-15583: with the ISR below min.insync.replicas the HW does not move, so a parked acks=all
+    produce is not answered (not even NOT_ENOUGH_REPLICAS_AFTER_APPEND) until it times out or the ISR
+    grows back."""
     purgatory, answers = DelayedOperationPurgatory(), Answers()
     purgatory.try_complete_else_watch(
         delayed_produce(partitions, answers, "p", 500, {T0: ProduceWait(10, 5)})
     )
     p = partitions[T0]
     p.become_leader(5, 2, (LEADER,), (LEADER, F1), 10, 0, 0)  # the controller shrank the ISR
-    p.maybe_increment_high_watermark()
-    assert purgatory.check_and_complete(T0) == 1
-    assert answers.log == [("p", {T0: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})]
+    assert p.maybe_increment_high_watermark(1) is None and p.high_watermark == 0
+    assert purgatory.check_and_complete(T0) == 0
+    assert purgatory.expire(500) == 1
+    assert answers.log == [("p", {T0: ErrorCode.REQUEST_TIMED_OUT})]
 
 
 class Readable:

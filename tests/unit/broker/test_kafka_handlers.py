@@ -49,7 +49,8 @@ LISTENER = "PLAINTEXT"
 
 
 class Broker:
-    def __init__(self, tmp_path: Path, **topic_configs: str) -> None:
+    def __init__(self, tmp_path: Path, replicas: tuple[int, ...] = (101,), **topic_configs: str) -> None:
+        """Topic "t" has ``replicas``, led by 101 with the ISR {101}."""
         image = MetadataImage()
         records = [
             RegisterBrokerRecord(
@@ -63,7 +64,7 @@ class Broker:
         records += [
             ClusterIdRecord(CLUSTER_ID),
             TopicRecord("t", TOPIC_ID),
-            PartitionRecord(TOPIC_ID, 0, (101,), (101,), 101, leader_epoch=3),
+            PartitionRecord(TOPIC_ID, 0, replicas, (101,), 101, leader_epoch=3),
             TopicRecord("other", OTHER_ID),
             PartitionRecord(OTHER_ID, 0, (102,), (102,), 102, leader_epoch=7),
             *(
@@ -417,11 +418,21 @@ def first_result(broker: Broker, request: m.ProduceRequest, version: int = 9):
 
 
 def test_acks_all_below_min_insync_replicas_is_refused(tmp_path: Path) -> None:
-    broker = Broker(tmp_path, min_insync_replicas="2")  # ISR of one
+    broker = Broker(tmp_path, replicas=(101, 102), min_insync_replicas="2")  # ISR of one
     result = first_result(broker, produce("t", [b"a"]))
     assert result.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     assert broker.manager.logs[("t", 0)].log_end_offset == 0
     assert first_result(broker, produce("t", [b"a"], acks=1)).error_code == 0
+
+
+def test_min_insync_replicas_above_the_replication_factor_counts_as_the_replication_factor(
+    tmp_path: Path,
+) -> None:
+    """Kafka's effectiveMinIsr: min.insync.replicas=2 on a single-replica topic needs that one replica,
+    not an impossible second one (which would refuse every acks=all produce forever)."""
+    broker = Broker(tmp_path, min_insync_replicas="2")
+    assert first_result(broker, produce("t", [b"a"])).error_code == 0
+    assert broker.manager.partitions[("t", 0)].high_watermark == 1
 
 
 def test_batch_above_max_message_bytes_is_refused(tmp_path: Path) -> None:
