@@ -587,7 +587,9 @@ class BrokerNode:
                           code=ErrorCode(response.error.code).name,
                           message=response.error.message)  # fmt: skip
                 if response.error.code in REREGISTER_CODES:
-                    self.manager.handle_alter_partition_response(proposal, ErrorCode(response.error.code))
+                    self.manager.handle_alter_partition_response(
+                        proposal, ErrorCode(response.error.code), now_ms=monotonic_ms()
+                    )
                     return
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
@@ -601,7 +603,8 @@ class BrokerNode:
                           isr=list(result.isr), leader_epoch=result.leader_epoch,
                           partition_epoch=result.partition_epoch)  # fmt: skip
             self.manager.handle_alter_partition_response(
-                proposal, code, result.leader_epoch, result.partition_epoch, tuple(result.isr)
+                proposal, code, result.leader_epoch, result.partition_epoch, tuple(result.isr),
+                now_ms=monotonic_ms(),
             )
             self.metrics.observe_isr(self.manager.partitions.values())
             return

@@ -386,14 +386,17 @@ class Partition:
     def remote_replica(self, replica_id: int) -> RemoteReplicaState | None:
         return self._remote.get(replica_id)
 
-    def on_local_append(self, log_end_offset: int, now_ms: int) -> int | None:
-        """The local log grew to ``log_end_offset`` at ``now_ms``; on the leader returns the old HW if
-        the HW moved."""
+    def on_local_append(self, log_end_offset: int, now_ms: int | None = None) -> int | None:
+        """The local log grew to ``log_end_offset`` at ``now_ms``; on the leader (which must give
+        ``now_ms``) returns the old HW if the HW moved."""
         assert log_end_offset >= self.log_end_offset, (
             f"append moved LEO back {self.log_end_offset}->{log_end_offset}"
         )
         self.log_end_offset = log_end_offset
-        return self.maybe_increment_high_watermark(now_ms) if self.role is Role.LEADER else None
+        if self.role is not Role.LEADER:
+            return None
+        assert now_ms is not None, f"{self._name()}: a leader's append needs now_ms"
+        return self.maybe_increment_high_watermark(now_ms)
 
     def handle_consumer_fetch(
         self,

@@ -437,7 +437,7 @@ class ReplicaManager:
         waits: dict[TopicPartition, ProduceWait] = {}
         self.log_manager.maybe_expire_producers()
         for item in items:
-            result, wait = self._append(item, acks, origin, zstd_allowed)
+            result, wait = self._append(item, acks, origin, zstd_allowed, now_ms)
             results[item.tp] = result
             if wait is not None:
                 waits[item.tp] = wait
@@ -454,7 +454,7 @@ class ReplicaManager:
             self.on_deadline(now_ms + timeout_ms)
 
     def _append(
-        self, item: ProduceRequestPartition, acks: int, origin: AppendOrigin, zstd_allowed: bool
+        self, item: ProduceRequestPartition, acks: int, origin: AppendOrigin, zstd_allowed: bool, now_ms: int
     ) -> tuple[ProduceResult, ProduceWait | None]:
         tp = item.tp
         if origin is AppendOrigin.CLIENT and tp[0] in INTERNAL_TOPICS:  # Kafka checks this first
@@ -489,7 +489,7 @@ class ReplicaManager:
             info = plog.append_validated_as_leader(valid, partition.leader_epoch)
         except errors.KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
-        if partition.on_local_append(plog.log_end_offset, self.clock_ms()) is not None:
+        if partition.on_local_append(plog.log_end_offset, now_ms) is not None:
             self._high_watermark_moved(tp)
         self.follower_fetches.check_and_complete(tp)
         result = ProduceResult(
@@ -590,13 +590,17 @@ class ReplicaManager:
         leader_epoch: int = NO_EPOCH,
         partition_epoch: int = NO_EPOCH,
         isr: Iterable[int] = (),
+        *,
+        now_ms: int,
     ) -> None:
+        """The controller's answer to ``proposal``, at ``now_ms`` (the monotonic clock of the
+        partitions' other calls: the HW may wait for a caught-up follower)."""
         tp = cast(TopicPartition, (proposal.topic, proposal.partition))  # a plain tuple, as in apply_image
         partition = self.partitions.get(tp)
         if partition is None:
             return
         old = partition.handle_alter_partition_response(
-            proposal, code, leader_epoch, partition_epoch, isr, now_ms=self.clock_ms()
+            proposal, code, leader_epoch, partition_epoch, isr, now_ms=now_ms
         )
         if old is not None:
             self._high_watermark_moved(tp)
@@ -646,7 +650,7 @@ class ReplicaManager:
         records = action.records
         if records:
             plog.append_as_follower(records)  # type: ignore[arg-type]
-            partition.on_local_append(plog.log_end_offset, self.clock_ms())
+            partition.on_local_append(plog.log_end_offset)  # a follower's HW is the leader's word
         partition.update_follower_high_watermark(action.leader_high_watermark)
         plog.update_high_watermark(partition.high_watermark)
         start = min(action.leader_log_start_offset, partition.high_watermark)

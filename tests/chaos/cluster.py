@@ -127,6 +127,10 @@ class ProxyControl:
     def heal(self) -> None:
         self.command(cmd="heal")
 
+    def delay(self, pairs: list[tuple[str, str]], ms: int) -> None:
+        """Delay everything between each pair by ``ms`` each way (replaces the delayed set)."""
+        self.command(cmd="delay", pairs=[list(p) for p in pairs], ms=ms)
+
     def cut_produce_answers(self, every: int) -> int:
         """Cut the 1st, (every+1)th, ... Produce answer to a client (0: off); returns how many were cut."""
         return self.command(cmd="cut-produce-answers", every=every)["cut"]

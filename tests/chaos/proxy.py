@@ -25,7 +25,9 @@ TCP connection, without root.
 Control: one JSON command per line on stdin, one JSON answer per line on stdout (``READY`` first):
 ``{"cmd": "block", "pairs": [["broker-101", "controller-1"], ...]}`` replaces the blocked set;
 ``{"cmd": "heal"}`` clears it; ``{"cmd": "connections"}`` counts live connections per
-``"src>dst"``; ``{"cmd": "cut-produce-answers", "every": N}`` (N > 0) cuts client connections to the
+``"src>dst"``; ``{"cmd": "delay", "pairs": [["broker-102", "broker-101"], ...], "ms": N}`` delays every
+chunk between those nodes by N ms each way, in order (a slower link; replaces the delayed set, N = 0
+or no pairs: none); ``{"cmd": "cut-produce-answers", "every": N}`` (N > 0) cuts client connections to the
 brokers' Kafka listeners instead of forwarding the 1st, (N+1)th, (2N+1)th, ... Produce answer (0 turns
 it off). EOF on stdin stops the proxy.
 
@@ -137,6 +139,8 @@ class FaultProxy:
         self.routes = [*routes, *kafka_routes]
         self.finder = finder
         self.blocked: set[frozenset[str]] = set()
+        self.delayed: set[frozenset[str]] = set()
+        self.delay_s = 0.0
         self._changed = asyncio.Event()
         self.live: Counter[str] = Counter()
         self.cut_every = 0  # cut-produce-answers: 0 = off
@@ -192,15 +196,38 @@ class FaultProxy:
 
     async def pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                    src: str, dst: str) -> None:  # fmt: skip
+        delayed: asyncio.Queue[tuple[float, bytes]] | None = None  # once a chunk was delayed: all are
+        sender: asyncio.Task | None = None
+        loop = asyncio.get_running_loop()
         try:
             while data := await reader.read(CHUNK_BYTES):
                 await self.gate(src, dst)
+                if delayed is None and frozenset((src, dst)) in self.delayed and self.delay_s > 0:
+                    delayed = asyncio.Queue()
+                    sender = asyncio.create_task(self._send_delayed(delayed, writer))
+                if delayed is not None:
+                    delay_s = self.delay_s if frozenset((src, dst)) in self.delayed else 0.0
+                    delayed.put_nowait((loop.time() + delay_s, data))
+                    continue
                 writer.write(data)
                 await writer.drain()
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
+            if sender is not None:
+                sender.cancel()
             writer.close()
+
+    @staticmethod
+    async def _send_delayed(queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError):
+            while True:
+                due, data = await queue.get()
+                if due > loop.time():
+                    await asyncio.sleep(due - loop.time())
+                writer.write(data)
+                await writer.drain()
 
     async def kafka_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                              produce: set[int]) -> None:  # fmt: skip
@@ -243,6 +270,9 @@ class FaultProxy:
             self.set_blocked(cmd["pairs"])
         elif cmd["cmd"] == "heal":
             self.set_blocked([])
+        elif cmd["cmd"] == "delay":
+            self.delayed, self.delay_s = {frozenset(p) for p in cmd["pairs"]}, int(cmd["ms"]) / 1000
+            return {"ok": True, "delayed": sorted(sorted(p) for p in self.delayed), "ms": int(cmd["ms"])}
         elif cmd["cmd"] == "cut-produce-answers":
             self.cut_every = int(cmd["every"])
             return {"ok": True, "every": self.cut_every, "cut": self.cut}

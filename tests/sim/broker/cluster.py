@@ -729,14 +729,16 @@ class SimBroker:
             self.sim.note(f"b{self.broker_id} AlterPartition {list(proposal.new_isr)}: {_describe(response)}")
             if not response.error.ok:
                 if response.error.code in REREGISTER_CODES:
-                    self.manager.handle_alter_partition_response(proposal, ErrorCode(response.error.code))
+                    self.manager.handle_alter_partition_response(
+                        proposal, ErrorCode(response.error.code), now_ms=self.sim.now_ms
+                    )
                 else:
                     self.timer(RETRY_BACKOFF_MS, lambda: self.send_alter_partition(topic_id, proposal))
                 return
             result = response.partitions[0]
             self.manager.handle_alter_partition_response(
                 proposal, ErrorCode(result.error.code), result.leader_epoch, result.partition_epoch,
-                tuple(result.isr),
+                tuple(result.isr), now_ms=self.sim.now_ms,
             )  # fmt: skip
 
         def timed_out() -> None:

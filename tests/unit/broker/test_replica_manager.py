@@ -471,3 +471,23 @@ def test_parked_fetch_from_an_older_incarnation_is_refused(harness: Harness) -> 
     h.produce(101, [b"b"], acks=1)  # wakes the parked fetch
     assert answers[KEY].code == ErrorCode.STALE_BROKER_EPOCH, answers[KEY]
     assert answers[KEY].records == b""
+
+
+def test_caught_up_follower_rejoins_an_isr_of_one_under_steady_produce(tmp_path: Path) -> None:
+    """Issue 24 §1 through the replica manager: with the ISR = {leader} and an acks=1 append between
+    every two fetches of a caught-up follower, the leader's HW waits for it, so it is proposed back
+    into the ISR. The partition's clock is the requests' (monotonic) one: the harness' wall clock
+    (``clock_ms``, for timestamps) is another, and the produce path must not mix them up."""
+    h = Harness(tmp_path, min_insync="1")
+    h.apply(PartitionChangeRecord(TOPIC_ID, 0, isr=(101,)))
+    h.produce(101, [b"a"], acks=1)
+    h.replicate(102)
+    assert h.proposals[101] == []  # not yet: it was behind, and an append comes before each fetch
+    for i in range(3):
+        h.now_ms += 50
+        h.produce(101, [b"v%d" % i], acks=1)
+        h.now_ms += 50
+        h.replicate(102)
+    assert [p.new_isr for p in h.proposals[101]] == [(101, 102)], "the caught-up follower never rejoined"
+    for manager in h.managers.values():
+        manager.close()
