@@ -90,15 +90,16 @@ def test_a_controller_address_given_to_a_data_command_is_said_at_once(
 def test_not_enough_replicas_is_shown_while_retrying_and_named_as_the_last_cause(
     e2e_cluster: BrokerCluster,
 ) -> None:
-    # min.insync.replicas above the replication factor: every acks=all produce is NOT_ENOUGH_REPLICAS.
-    e2e_cluster.create_topic("cli-errors-min-isr", partitions=1, rf=2, min_insync_replicas="3")
-    done, took_s = pykraft("produce", "--bootstrap", e2e_cluster.cluster.kafka_bootstrap,
-                           "--topic", "cli-errors-min-isr", "--acks", "all", "--timeout-ms", "4000",
-                           stdin=b"x\n")  # fmt: skip
+    # The follower paused until the ISR is the leader alone: every acks=all produce is NOT_ENOUGH_REPLICAS.
+    e2e_cluster.create_topic("cli-errors-min-isr", partitions=1, rf=2, min_insync_replicas="2")
+    with e2e_cluster.leader_alone_in_isr("cli-errors-min-isr"):
+        done, took_s = pykraft("produce", "--bootstrap", e2e_cluster.cluster.kafka_bootstrap,
+                               "--topic", "cli-errors-min-isr", "--acks", "all", "--timeout-ms", "4000",
+                               stdin=b"x\n")  # fmt: skip
     assert done.returncode == 1, done.stderr.decode()
     assert took_s < 4 + SAID_WITHIN_S
     lines = done.stderr.decode().splitlines()
-    detail = "NOT_ENOUGH_REPLICAS for cli-errors-min-isr-0 (ISR 2 < min.insync.replicas 3)"
+    detail = "NOT_ENOUGH_REPLICAS for cli-errors-min-isr-0 (ISR 1 < min.insync.replicas 2)"
     assert f"{detail}, retrying" in lines
     [final] = error_lines(done)
     assert final.startswith("Error: line 1: _MSG_TIMED_OUT (-192)")

@@ -180,6 +180,26 @@ class BrokerCluster:
                 f"{self.admin.describe_cluster().brokers}"
             ) from None
 
+    @contextlib.contextmanager
+    def leader_alone_in_isr(self, topic: str, partition: int = 0) -> Iterator[int]:
+        """The partition's followers SIGSTOPped until the ISR is the leader alone (yields the leader);
+        then resumed, and back in the ISR on exit. For an ISR below min.insync.replicas: a topic whose
+        min.insync.replicas exceeds its replication factor no longer gives one (the effective minimum
+        is the replication factor, as in Kafka)."""
+        leader = self.leader(topic, partition)
+        replicas = set(self.describe(topic, partition).replicas)
+        stopped: list[int] = []
+        try:
+            for broker_id in sorted(replicas - {leader}):
+                self.cluster.signal_node(self.broker(broker_id), signal.SIGSTOP)
+                stopped.append(broker_id)
+            self.wait_isr(topic, {leader}, partition=partition)
+            yield leader
+        finally:
+            for broker_id in stopped:
+                self.cluster.signal_node(self.broker(broker_id), signal.SIGCONT)
+        self.wait_isr(topic, replicas, partition=partition)
+
     def wait_isr(self, topic: str, isr: set[int], timeout_s: float = 30.0, partition: int = 0) -> None:
         """Until the controller committed ``isr`` and the leader acts on it (its metadata shows it)."""
 

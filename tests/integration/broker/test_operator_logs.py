@@ -103,14 +103,15 @@ def test_repeats_are_counted_in_a_summary_line_once_the_interval_is_over(cluster
 
 
 def test_not_enough_replicas_is_logged_with_the_brokers_message(cluster: BrokerCluster) -> None:
-    cluster.create_topic("thin", partitions=1, rf=1, min_insync_replicas="2")  # replica 101 only
+    cluster.create_topic("thin", partitions=1, rf=2, min_insync_replicas="2")
     client = "logs-not-enough-replicas"
-    address = cluster.broker(101).kafka_address
-    [answer] = calls(address, client, 9, [produce("thin", acks=-1)])
+    with cluster.leader_alone_in_isr("thin") as leader:
+        address = cluster.broker(leader).kafka_address
+        [answer] = calls(address, client, 9, [produce("thin", acks=-1)])
     assert produce_code(answer) == ErrorCode.NOT_ENOUGH_REPLICAS
     want = [("WARNING", "Produce", "NOT_ENOUGH_REPLICAS", "thin", "0")]
-    wait_for(lambda: refusals(cluster, 101, client) == want, DEADLINE_S, f"the WARN line of {client}")
-    [line] = [x for x in log_lines(cluster, cluster.broker(101)) if x.get("client_id") == client]
+    wait_for(lambda: refusals(cluster, leader, client) == want, DEADLINE_S, f"the WARN line of {client}")
+    [line] = [x for x in log_lines(cluster, cluster.broker(leader)) if x.get("client_id") == client]
     assert "min.insync.replicas" in line["message"]
 
 
