@@ -8,10 +8,10 @@ call to the active controller (``ForwardingServicer``).
 from __future__ import annotations
 
 from metadata import convert
-from metadata.api import Code
 from metadata.controller import QuorumController
 from metadata.service import ActiveController, Forwarder, ForwardingServicer, error
 from proto import admin_pb2, admin_pb2_grpc
+from proto.errors import ErrorCode as Code
 from raft.config import QuorumConfig
 
 

@@ -11,14 +11,10 @@ from dataclasses import dataclass, field
 from metadata.configs import AlterConfigOp
 from metadata.partition_change import Election
 from metadata.records import ConfigResourceType, Endpoint
-from proto.errors import OK, ApiError
-from proto.errors import ErrorCode as Code
+from proto.errors import ApiError
 from proto.kafka_types import NO_LEADER
 
 USE_DEFAULT = -1  # Kafka: num_partitions / replication_factor of -1 = the cluster default
-
-
-__all__ = ["OK", "ApiError", "Code"]  # re-exported until the callers import proto.errors
 
 
 # ---- topics --------------------------------------------------------------------------------------

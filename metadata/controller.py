@@ -26,17 +26,14 @@ from typing import Generic, TypeVar
 from metadata import configs as cfg
 from metadata import replication as repl
 from metadata.api import (
-    OK,
     USE_DEFAULT,
     AllocateProducerIdsResponse,
     AlterConfigsResource,
     AlterConfigsResult,
     AlterPartitionRequest,
     AlterPartitionResponse,
-    ApiError,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
-    Code,
     CreatePartitionsResult,
     CreateTopicResult,
     DeleteTopicResult,
@@ -63,6 +60,8 @@ from metadata.records import (
     UnregisterBrokerRecord,
 )
 from metadata.topics import validate_assignment, validate_counts, validate_topic_name
+from proto.errors import OK, ApiError
+from proto.errors import ErrorCode as Code
 from proto.kafka_types import NO_LEADER
 
 T = TypeVar("T")

@@ -12,7 +12,6 @@ from metadata.api import (
     AlterConfigsResource,
     AlterPartitionItem,
     AlterPartitionRequest,
-    ApiError,
     BrokerHeartbeatRequest,
     BrokerState,
     ElectLeadersRequest,
@@ -24,7 +23,7 @@ from metadata.image import MetadataImage, TopicImage
 from metadata.partition_change import Election
 from metadata.records import ConfigResourceType, Endpoint
 from proto import admin_pb2, common_pb2, controller_pb2, metadata_pb2
-from proto.errors import ErrorCode
+from proto.errors import ApiError, ErrorCode
 
 
 def error_pb(error: ApiError) -> common_pb2.Error:

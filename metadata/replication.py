@@ -18,12 +18,9 @@ from collections.abc import Callable, Iterable
 from metadata import configs as cfg
 from metadata.api import (
     NO_BROKER_EPOCH,
-    OK,
     AlterPartitionItem,
     AlterPartitionItemResult,
-    ApiError,
     BrokerState,
-    Code,
     ElectLeadersRequest,
     ElectLeadersResult,
 )
@@ -37,6 +34,8 @@ from metadata.image import (
 from metadata.partition_change import Election, isr_without, partition_change_builder
 from metadata.placement import PlacementBroker, place_partitions
 from metadata.records import ZERO_UUID, PartitionChangeRecord, PartitionRecord
+from proto.errors import OK, ApiError
+from proto.errors import ErrorCode as Code
 from proto.kafka_types import NO_LEADER
 
 

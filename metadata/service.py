@@ -32,12 +32,12 @@ from typing import Any
 
 import grpc
 
-from metadata.api import Code
 from metadata.controller import ControllerResult, QuorumController
 from metadata.records import encode_batch
 from metadata.state_machine import MetadataStateMachine
 from proto import common_pb2, errors
 from proto.clock import monotonic_ms
+from proto.errors import ErrorCode as Code
 from proto.runtime.logfmt import log_event
 from raft.config import QuorumConfig
 from raft.driver import NotLeaderError, RaftDriver

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 
-from metadata.api import ApiError, Code
+from proto.errors import ApiError
+from proto.errors import ErrorCode as Code
 
 MAX_TOPIC_NAME_LENGTH = 249
 LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")

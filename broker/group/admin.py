@@ -20,38 +20,35 @@ from broker.group.metadata import (
 )
 from broker.group.metadata_manager import APPEND_ERRORS, Effects, GroupMetadataManager
 from broker.group.requests import (
-    OK,
     DeletableGroupResult,
     DeleteGroupsResponse,
     DescribedGroup,
     DescribedGroupMember,
-    GroupError,
     ListedGroup,
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
-    error,
 )
-from proto.errors import ErrorCode
+from proto.errors import OK, ApiError, ErrorCode
 
 E = ErrorCode
 S = GroupState
 
 
-def validate_group_status(manager: GroupMetadataManager, group_id: str) -> GroupError | None:
+def validate_group_status(manager: GroupMetadataManager, group_id: str) -> ApiError | None:
     """Kafka's ``validateGroupStatus``: the group's offsets partition is led and loaded here."""
     if not group_id:
-        return error(E.INVALID_GROUP_ID, "the group id must not be empty")
+        return ApiError(E.INVALID_GROUP_ID, "the group id must not be empty")
     if manager.partition_count is None:
-        return error(E.NOT_COORDINATOR, f"group {group_id!r}: this broker leads no offsets partition")
+        return ApiError(E.NOT_COORDINATOR, f"group {group_id!r}: this broker leads no offsets partition")
     partition = manager.partition_of(group_id)
     if partition in manager.loading:
-        return error(
+        return ApiError(
             E.COORDINATOR_LOAD_IN_PROGRESS,
             f"group {group_id!r}: offsets partition {partition} is loading; retry",
         )
     if partition not in manager.loaded:
-        return error(
+        return ApiError(
             E.NOT_COORDINATOR,
             f"group {group_id!r} (offsets partition {partition}) is "
             "coordinated by another broker; find the coordinator again",
@@ -65,10 +62,10 @@ def handle_delete_groups(
     """Empty groups become Dead and are forgotten; tombstones for the group and its offsets are
     written, and the answer waits for them."""
     fx = Effects()
-    results: dict[str, GroupError] = {}
+    results: dict[str, ApiError] = {}
     waiting: set[str] = set()
 
-    def finish(group_id: str, outcome: GroupError, fx: Effects) -> None:
+    def finish(group_id: str, outcome: ApiError, fx: Effects) -> None:
         results[group_id] = outcome
         waiting.discard(group_id)
         if not waiting and len(results) == len(group_ids):
@@ -81,9 +78,9 @@ def handle_delete_groups(
         outcome = validate_group_status(manager, group_id)
         group = manager.groups.get(group_id)
         if outcome is None and (group is None or group.is_state(S.DEAD)):
-            outcome = error(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+            outcome = ApiError(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
         elif outcome is None and group is not None and not group.is_state(S.EMPTY):
-            outcome = error(
+            outcome = ApiError(
                 E.NON_EMPTY_GROUP,
                 f"group {group_id!r} has {len(group.members)} members "
                 f"({group.state.value}); stop its consumers first",
@@ -99,9 +96,9 @@ def handle_delete_groups(
             GroupMetadataRecord(group_id, None),
         )
 
-        def done(result: GroupError, now: int, fx: Effects, group_id: str = group_id) -> None:
+        def done(result: ApiError, now: int, fx: Effects, group_id: str = group_id) -> None:
             code = E(APPEND_ERRORS.get(E(result.code), E(result.code)))
-            finish(group_id, OK if code == E.NONE else error(code, result.message), fx)
+            finish(group_id, OK if code == E.NONE else ApiError(code, result.message), fx)
 
         manager.append_for_group(group_id, tombstones, fx, done)
     if not waiting:
@@ -130,11 +127,11 @@ def handle_offset_delete(
     problem = validate_group_status(manager, group_id)
     group = manager.groups.get(group_id)
     if problem is None and (group is None or group.is_state(S.DEAD)):
-        problem = error(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+        problem = ApiError(E.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
     subscribed: frozenset[str] = frozenset()
     if problem is None and group is not None and not group.is_state(S.EMPTY):
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            problem = error(
+            problem = ApiError(
                 E.NON_EMPTY_GROUP,
                 f"group {group_id!r} has {len(group.members)} members of protocol type "
                 f"{group.protocol_type!r}; stop them first",
@@ -144,10 +141,10 @@ def handle_offset_delete(
     if problem is not None or group is None:
         fx.respond(request_id, OffsetDeleteResponse(problem or OK, {}))
         return fx
-    results: dict[tuple[str, int], GroupError] = {}
+    results: dict[tuple[str, int], ApiError] = {}
     for tp in dict.fromkeys(partitions):
         if tp[0] in subscribed:
-            results[tp] = error(
+            results[tp] = ApiError(
                 E.GROUP_SUBSCRIBED_TO_TOPIC,
                 f"a member of group {group_id!r} is subscribed to topic {tp[0]!r}; unsubscribe first",
             )
@@ -159,12 +156,12 @@ def handle_offset_delete(
         return fx
     tombstones = tuple(OffsetCommitRecord(group_id, t, p, None) for t, p in deleted)
 
-    def done(result: GroupError, now: int, fx: Effects) -> None:
+    def done(result: ApiError, now: int, fx: Effects) -> None:
         code = E(APPEND_ERRORS.get(E(result.code), E(result.code)))
         if code == E.NONE and manager.groups.get(group_id) is group:
             for tp in deleted:
                 group.offsets.pop(tp, None)
-        outcome = OK if code == E.NONE else error(code, f"writing the tombstones failed: {result.message}")
+        outcome = OK if code == E.NONE else ApiError(code, f"writing the tombstones failed: {result.message}")
         fx.respond(request_id, OffsetDeleteResponse(OK, {**results, **dict.fromkeys(deleted, outcome)}))
 
     manager.append_for_group(group_id, tombstones, fx, done)

@@ -7,7 +7,7 @@ The driver (``broker.group.driver``) feeds this object decoded requests, each wi
 ``now_ms`` (a monotonic clock), and carries out the ``Effects`` it returns, in order:
 
 - ``appends``: records for ``__consumer_offsets`` partitions. The driver appends each with acks=all
-  and reports the outcome with ``complete_append(append_id, code, message, now_ms)``; OffsetCommit,
+  and reports the outcome with ``complete_append(append_id, outcome, now_ms)``; OffsetCommit,
   the leader's SyncGroup, a static member's takeover and DeleteGroups are answered only then.
 - ``responses``: ``(request_id, response)`` pairs to send. A JoinGroup or SyncGroup may be answered
   much later (when the rebalance completes), from the effects of another call or of ``tick``.
@@ -59,7 +59,6 @@ from broker.group.metadata import GroupMetadata, GroupState, OffsetsRecord
 from broker.group.metadata_manager import Append, Effects, GroupConfig, GroupMetadataManager
 from broker.group.rebalance import join_error, sync_error
 from broker.group.requests import (
-    OK,
     DescribedGroup,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -72,9 +71,8 @@ from broker.group.requests import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
-    error,
 )
-from proto.errors import ErrorCode
+from proto.errors import OK, ApiError, ErrorCode
 
 E = ErrorCode
 S = GroupState
@@ -139,9 +137,9 @@ class GroupCoordinator:
         """Every coordinated group's state, for gauges (a copy: the caller may read from another thread)."""
         return {group_id: group.state for group_id, group in list(self.group_manager.groups.items())}
 
-    def complete_append(self, append_id: int, code: int, message: str, now_ms: int) -> Effects:
-        """The driver's answer to an ``Append`` (``code`` NONE once the HW passed it)."""
-        return self.group_manager.complete_append(append_id, code, message, now_ms)
+    def complete_append(self, append_id: int, outcome: ApiError, now_ms: int) -> Effects:
+        """The driver's answer to an ``Append`` (``OK`` once the HW passed it)."""
+        return self.group_manager.complete_append(append_id, outcome, now_ms)
 
     def invariants(self) -> None:
         self.group_manager.invariants()
@@ -198,7 +196,7 @@ class GroupCoordinator:
         if standalone and group is not None and group.is_state(S.EMPTY):
             problem = None
         elif group is None:
-            problem = error(
+            problem = ApiError(
                 E.ILLEGAL_GENERATION,
                 f"group {req.group_id!r} does not exist; generation {req.generation_id} is stale",
             )
@@ -207,7 +205,7 @@ class GroupCoordinator:
                 group, req.member_id, req.group_instance_id, req.generation_id
             )
             if problem is None and group.is_state(S.COMPLETING_REBALANCE):
-                problem = error(
+                problem = ApiError(
                     E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance; commit after SyncGroup"
                 )
             elif problem is None:

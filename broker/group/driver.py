@@ -35,7 +35,7 @@ from broker.replica.partition import ACKS_ALL
 from broker.replica.replica_manager import ProduceRequestPartition, ProduceResult, ReplicaManager
 from metadata.image import MetadataImage
 from proto.clock import wall_clock_ms
-from proto.errors import ErrorCode
+from proto.errors import ApiError, ErrorCode
 from proto.kafka_types import TopicPartition
 from proto.runtime.logfmt import log_event
 from storage.log_validator import AppendOrigin
@@ -104,7 +104,7 @@ class GroupDriver:
             log_event(log, logging.ERROR, "offsets_encode_failed", exc_info=exc, partition=append.partition)
             self.dispatch(
                 self.core.complete_append(
-                    append.append_id, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), self.now_ms()
+                    append.append_id, ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)), self.now_ms()
                 )
             )
             return
@@ -112,7 +112,9 @@ class GroupDriver:
         def done(results: dict[TopicPartition, ProduceResult]) -> None:
             result = results[tp]
             self.dispatch(
-                self.core.complete_append(append.append_id, result.code, result.message, self.now_ms())
+                self.core.complete_append(
+                    append.append_id, ApiError(result.code, result.message), self.now_ms()
+                )
             )
 
         self.manager.produce(

@@ -44,8 +44,8 @@ from broker.group.rebalance import (
     sync_error,
     try_complete_join,
 )
-from broker.group.requests import GroupError, JoinGroupRequest, JoinGroupResponse, error
-from proto.errors import ErrorCode
+from broker.group.requests import JoinGroupRequest, JoinGroupResponse
+from proto.errors import ApiError, ErrorCode
 
 E = ErrorCode
 S = GroupState
@@ -102,24 +102,24 @@ def handle_join_group(
     return fx
 
 
-def _join_problem(manager: GroupMetadataManager, req: JoinGroupRequest) -> GroupError | None:
+def _join_problem(manager: GroupMetadataManager, req: JoinGroupRequest) -> ApiError | None:
     problem = validate_group_status(manager, req.group_id)
     if problem is not None:
         return problem
     low, high = manager.config.min_session_timeout_ms, manager.config.max_session_timeout_ms
     if not low <= req.session_timeout_ms <= high:
-        return error(
+        return ApiError(
             E.INVALID_SESSION_TIMEOUT,
             f"session.timeout.ms {req.session_timeout_ms} is outside "
             f"the broker's [group.min.session.timeout.ms {low}, group.max.session.timeout.ms {high}]",
         )
     if not req.protocol_type or not req.protocols:
-        return error(
+        return ApiError(
             E.INCONSISTENT_GROUP_PROTOCOL, "JoinGroup needs a protocol type and at least one protocol"
         )
     group = manager.groups.get(req.group_id)
     if group is not None and group.is_state(S.DEAD):
-        return error(E.COORDINATOR_NOT_AVAILABLE, f"group {req.group_id!r} is being removed; retry")
+        return ApiError(E.COORDINATOR_NOT_AVAILABLE, f"group {req.group_id!r} is being removed; retry")
     return None
 
 
@@ -311,7 +311,7 @@ def _store_static_takeover(
     new_id, generation = member.member_id, group.generation_id
     assignment = {m.member_id: m.assignment for m in group.members.values()}
 
-    def done(result: GroupError, now_ms: int, fx: Effects) -> None:
+    def done(result: ApiError, now_ms: int, fx: Effects) -> None:
         current = manager.groups.get(group.group_id)
         if current is not group or group.members.get(new_id) is not member:
             return

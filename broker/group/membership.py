@@ -38,8 +38,6 @@ from broker.group.rebalance import (
     try_complete_join,
 )
 from broker.group.requests import (
-    OK,
-    GroupError,
     HeartbeatRequest,
     HeartbeatResponse,
     LeaveGroupMemberResponse,
@@ -47,9 +45,8 @@ from broker.group.requests import (
     LeaveGroupResponse,
     SyncGroupRequest,
     SyncGroupResponse,
-    error,
 )
-from proto.errors import ErrorCode
+from proto.errors import OK, ApiError, ErrorCode
 
 E = ErrorCode
 S = GroupState
@@ -65,19 +62,19 @@ def handle_sync_group(
     )
     if problem is None and group is not None:
         if req.protocol_type and req.protocol_type != group.protocol_type:
-            problem = error(
+            problem = ApiError(
                 E.INCONSISTENT_GROUP_PROTOCOL,
                 f"protocol type {req.protocol_type!r} is not the group's {group.protocol_type!r}",
             )
         elif req.protocol_name and req.protocol_name != group.protocol_name:
-            problem = error(
+            problem = ApiError(
                 E.INCONSISTENT_GROUP_PROTOCOL,
                 f"protocol {req.protocol_name!r} is not the group's {group.protocol_name!r}",
             )
         elif group.is_state(S.EMPTY):
-            problem = error(E.UNKNOWN_MEMBER_ID, f"group {req.group_id!r} is Empty; rejoin")
+            problem = ApiError(E.UNKNOWN_MEMBER_ID, f"group {req.group_id!r} is Empty; rejoin")
         elif group.is_state(S.PREPARING_REBALANCE):
-            problem = error(E.REBALANCE_IN_PROGRESS, f"group {req.group_id!r} is rebalancing; rejoin")
+            problem = ApiError(E.REBALANCE_IN_PROGRESS, f"group {req.group_id!r} is rebalancing; rejoin")
     if problem is not None or group is None:
         fx.respond(request_id, SyncGroupResponse(problem or OK))
         return fx
@@ -114,7 +111,7 @@ def _store_assignment(
     assignment = {member_id: given.get(member_id, b"") for member_id in group.members}
     generation = group.generation_id
 
-    def done(result: GroupError, now_ms: int, fx: Effects) -> None:
+    def done(result: ApiError, now_ms: int, fx: Effects) -> None:
         if manager.groups.get(group.group_id) is not group:
             return
         if not group.is_state(S.COMPLETING_REBALANCE) or group.generation_id != generation:
@@ -122,7 +119,7 @@ def _store_assignment(
         if result.code != E.NONE:
             code = E(APPEND_ERRORS.get(E(result.code), E(result.code)))
             reset_and_propagate_assignment_error(
-                group, error(code, f"storing the assignment failed: {result.message}"), now_ms, fx
+                group, ApiError(code, f"storing the assignment failed: {result.message}"), now_ms, fx
             )
             maybe_prepare_rebalance(manager, group, now_ms, fx)
         else:
@@ -134,18 +131,22 @@ def _store_assignment(
 
 def member_problem(
     group: GroupMetadata | None, member_id: str, instance_id: str | None, generation_id: int
-) -> GroupError | None:
+) -> ApiError | None:
     """The fencing checks shared by SyncGroup, Heartbeat and OffsetCommit."""
     if group is None:
-        return error(E.UNKNOWN_MEMBER_ID, f"member {member_id!r}: the group does not exist; rejoin")
+        return ApiError(E.UNKNOWN_MEMBER_ID, f"member {member_id!r}: the group does not exist; rejoin")
     if group.is_state(S.DEAD):
-        return error(E.COORDINATOR_NOT_AVAILABLE, f"group {group.group_id!r} is being removed; retry")
+        return ApiError(E.COORDINATOR_NOT_AVAILABLE, f"group {group.group_id!r} is being removed; retry")
     if group.is_static_member_fenced(instance_id, member_id):
-        return error(E.FENCED_INSTANCE_ID, f"group.instance.id {instance_id!r} belongs to another member now")
+        return ApiError(
+            E.FENCED_INSTANCE_ID, f"group.instance.id {instance_id!r} belongs to another member now"
+        )
     if member_id not in group.members:
-        return error(E.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group.group_id!r}; rejoin")
+        return ApiError(
+            E.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group.group_id!r}; rejoin"
+        )
     if generation_id != group.generation_id:
-        return error(
+        return ApiError(
             E.ILLEGAL_GENERATION,
             f"generation {generation_id} is not the group's current {group.generation_id}; rejoin",
         )
@@ -163,12 +164,14 @@ def handle_heartbeat(
     if problem is not None or group is None:
         return HeartbeatResponse(problem or OK), fx
     if group.is_state(S.EMPTY):
-        return HeartbeatResponse(error(E.UNKNOWN_MEMBER_ID, f"group {req.group_id!r} is Empty; rejoin")), fx
+        return HeartbeatResponse(
+            ApiError(E.UNKNOWN_MEMBER_ID, f"group {req.group_id!r} is Empty; rejoin")
+        ), fx
     member = group.members[req.member_id]
     member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
     if group.is_state(S.PREPARING_REBALANCE):
         return HeartbeatResponse(
-            error(E.REBALANCE_IN_PROGRESS, f"group {req.group_id!r} is rebalancing; rejoin")
+            ApiError(E.REBALANCE_IN_PROGRESS, f"group {req.group_id!r} is rebalancing; rejoin")
         ), fx
     return HeartbeatResponse(OK), fx
 
@@ -180,7 +183,7 @@ def handle_leave_group(
     problem = validate_group_status(manager, req.group_id)
     group = manager.groups.get(req.group_id)
     if problem is None and group is not None and group.is_state(S.DEAD):
-        problem = error(E.COORDINATOR_NOT_AVAILABLE, f"group {req.group_id!r} is being removed; retry")
+        problem = ApiError(E.COORDINATOR_NOT_AVAILABLE, f"group {req.group_id!r} is being removed; retry")
     if problem is not None:
         return LeaveGroupResponse(problem), fx
     results = []
@@ -198,8 +201,8 @@ def _leave_one(
     instance_id: str | None,
     now_ms: int,
     fx: Effects,
-) -> GroupError:
-    unknown = error(E.UNKNOWN_MEMBER_ID, f"member {member_id or instance_id!r} is not in the group")
+) -> ApiError:
+    unknown = ApiError(E.UNKNOWN_MEMBER_ID, f"member {member_id or instance_id!r} is not in the group")
     if group is None:
         return unknown
     if not member_id and instance_id is not None:
@@ -212,7 +215,7 @@ def _leave_one(
             try_complete_join(manager, group, now_ms, fx)
         return OK
     elif group.is_static_member_fenced(instance_id, member_id):
-        return error(E.FENCED_INSTANCE_ID, f"group.instance.id {instance_id!r} belongs to another member")
+        return ApiError(E.FENCED_INSTANCE_ID, f"group.instance.id {instance_id!r} belongs to another member")
     member = group.members.get(member_id)
     if member is None:
         return unknown

@@ -43,16 +43,8 @@ from broker.group.metadata import (
     OffsetsRecord,
     partition_for,
 )
-from broker.group.requests import (
-    OK,
-    FetchedOffset,
-    GroupError,
-    GroupResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    error,
-)
-from proto.errors import ErrorCode
+from broker.group.requests import FetchedOffset, GroupResponse, OffsetCommitRequest, OffsetCommitResponse
+from proto.errors import OK, ApiError, ErrorCode
 from proto.kafka_types import NO_OFFSET
 
 E = ErrorCode
@@ -112,7 +104,7 @@ class Effects:
         self.responses.append((request_id, response))
 
 
-AppendDone = Callable[[GroupError, int, Effects], None]
+AppendDone = Callable[[ApiError, int, Effects], None]
 
 
 def expired_offsets(group: GroupMetadata, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
@@ -154,7 +146,7 @@ def expired_offsets(group: GroupMetadata, now_ms: int, retention_ms: int) -> lis
     ]
 
 
-def _ignore_outcome(result: GroupError, now_ms: int, fx: Effects) -> None:
+def _ignore_outcome(result: ApiError, now_ms: int, fx: Effects) -> None:
     """Tombstones of expired offsets answer nobody (Kafka logs and goes on)."""
 
 
@@ -269,11 +261,11 @@ class GroupMetadataManager:
         self._appends[self._next_append_id] = done
         fx.appends.append(Append(self._next_append_id, self.partition_of(group_id), records))
 
-    def complete_append(self, append_id: int, code: int, message: str, now_ms: int) -> Effects:
-        """The driver's answer to ``Append`` (``code`` NONE once the HW passed it)."""
+    def complete_append(self, append_id: int, outcome: ApiError, now_ms: int) -> Effects:
+        """The driver's answer to ``Append`` (``OK`` once the HW passed it)."""
         fx = Effects()
         done = self._appends.pop(append_id)
-        done(error(E(code), message) if code != E.NONE else OK, now_ms, fx)
+        done(OK if outcome.ok else outcome, now_ms, fx)
         self.invariants()
         return fx
 
@@ -286,12 +278,12 @@ class GroupMetadataManager:
     def store_offsets(
         self, group: GroupMetadata, rid: int, req: OffsetCommitRequest, timestamp_ms: int, fx: Effects
     ) -> None:
-        results: dict[tuple[str, int], GroupError] = {}
+        results: dict[tuple[str, int], ApiError] = {}
         offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         limit = self.config.offset_metadata_max_bytes
         for p in req.partitions:
             if len(p.committed_metadata.encode()) > limit:
-                results[(p.topic, p.partition)] = error(
+                results[(p.topic, p.partition)] = ApiError(
                     E.OFFSET_METADATA_TOO_LARGE,
                     f"{p.topic}-{p.partition}: metadata is longer than offset.metadata.max.bytes {limit}",
                 )
@@ -305,13 +297,15 @@ class GroupMetadataManager:
         records = tuple(OffsetCommitRecord(group.group_id, t, p, value) for (t, p), value in offsets.items())
         group.pending_commits.update(offsets.keys())
 
-        def done(result: GroupError, now_ms: int, fx: Effects) -> None:
+        def done(result: ApiError, now_ms: int, fx: Effects) -> None:
             group.pending_commits.subtract(offsets.keys())
             group.pending_commits = +group.pending_commits  # drop the zero counts
             if result.code == E.NONE and self.groups.get(group.group_id) is group:
                 group.offsets.update(offsets)
             code = E(OFFSET_APPEND_ERRORS.get(E(result.code), E(result.code)))
-            outcome = OK if code == E.NONE else error(code, f"storing the offsets failed: {result.message}")
+            outcome = (
+                OK if code == E.NONE else ApiError(code, f"storing the offsets failed: {result.message}")
+            )
             fx.respond(rid, OffsetCommitResponse(OK, {**results, **dict.fromkeys(offsets, outcome)}))
 
         self.append_for_group(group.group_id, records, fx, done)

@@ -28,9 +28,8 @@ from typing import Any
 
 from broker.group.driver import GroupDriver
 from broker.group.metadata import OFFSETS_TOPIC, partition_for
-from broker.group.requests import OK, GroupError, error
 from proto import admin_pb2
-from proto.errors import ErrorCode
+from proto.errors import OK, ApiError, ErrorCode
 from proto.kafka_types import NO_LEADER
 from proto.runtime.logfmt import log_event
 
@@ -51,7 +50,7 @@ class Coordinator:
     """FindCoordinator's answer for one group: its coordinator's broker id and offsets partition, or
     an error (then ``node_id`` and ``partition`` are -1)."""
 
-    error: GroupError
+    error: ApiError
     node_id: int = -1
     partition: int = -1
 
@@ -80,15 +79,15 @@ class OffsetsTopic:
     def find_coordinator(self, group_id: str) -> Coordinator:
         """The group's coordinator now, or why there is none; never waits."""
         if not group_id:
-            return Coordinator(error(ErrorCode.INVALID_GROUP_ID, "the group id (key) must not be empty"))
+            return Coordinator(ApiError(ErrorCode.INVALID_GROUP_ID, "the group id (key) must not be empty"))
         topic = self.driver.manager.image.topic_by_name(OFFSETS_TOPIC)
         if topic is None:
-            return Coordinator(error(ErrorCode.COORDINATOR_NOT_AVAILABLE, self._maybe_start_creation()))
+            return Coordinator(ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, self._maybe_start_creation()))
         partition = partition_for(group_id, len(topic.partitions))
         leader = topic.partitions[partition].leader
         if leader == NO_LEADER:
             return Coordinator(
-                error(
+                ApiError(
                     ErrorCode.COORDINATOR_NOT_AVAILABLE,
                     f"{OFFSETS_TOPIC}-{partition} (this group's coordinator partition) has no leader "
                     "yet; retry",

@@ -35,26 +35,19 @@ from __future__ import annotations
 
 from broker.group.metadata import CAN_REBALANCE, GroupMetadata, GroupState, MemberMetadata
 from broker.group.metadata_manager import Effects, GroupMetadataManager
-from broker.group.requests import (
-    OK,
-    GroupError,
-    JoinGroupMember,
-    JoinGroupResponse,
-    SyncGroupResponse,
-    error,
-)
-from proto.errors import ErrorCode
+from broker.group.requests import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
+from proto.errors import OK, ApiError, ErrorCode
 
 E = ErrorCode
 S = GroupState
 
 
 def join_error(code: ErrorCode, message: str, member_id: str = "") -> JoinGroupResponse:
-    return JoinGroupResponse(error(code, message), member_id=member_id)
+    return JoinGroupResponse(ApiError(code, message), member_id=member_id)
 
 
 def sync_error(code: ErrorCode, message: str) -> SyncGroupResponse:
-    return SyncGroupResponse(error(code, message))
+    return SyncGroupResponse(ApiError(code, message))
 
 
 def join_result(
@@ -84,7 +77,7 @@ def prepare_rebalance(manager: GroupMetadataManager, group: GroupMetadata, now_m
     if group.is_state(S.COMPLETING_REBALANCE):
         reset_and_propagate_assignment_error(
             group,
-            error(E.REBALANCE_IN_PROGRESS, f"group {group.group_id!r} is rebalancing; rejoin"),
+            ApiError(E.REBALANCE_IN_PROGRESS, f"group {group.group_id!r} is rebalancing; rejoin"),
             now_ms,
             fx,
         )
@@ -167,7 +160,7 @@ def _init_next_generation(group: GroupMetadata, now_ms: int) -> None:
 
 
 def reset_and_propagate_assignment_error(
-    group: GroupMetadata, problem: GroupError, now_ms: int, fx: Effects
+    group: GroupMetadata, problem: ApiError, now_ms: int, fx: Effects
 ) -> None:
     for member in group.members.values():
         member.assignment = b""

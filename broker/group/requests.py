@@ -1,6 +1,6 @@
 """Decoded group requests and responses for the sans-I/O group coordinator: the Kafka group handlers
 (``broker.kafka.handlers.groups``) turn the wire structs of any version into these and back, so the core
-never sees a wire struct. ``error`` is a ``GroupError``: a Kafka error code and a message for logs.
+never sees a wire struct. ``error`` is a ``proto.errors.ApiError``: a Kafka error code and a message for logs.
 Requests carry only what the coordinator reads; ``client_host`` is added by the handler (the peer
 address).
 """
@@ -10,22 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.group.metadata import NO_GENERATION
-from proto.errors import ErrorCode
+from proto.errors import OK, ApiError
 from proto.kafka_types import NO_EPOCH, NO_OFFSET
-
-
-@dataclass(frozen=True, slots=True)
-class GroupError:
-    code: int = ErrorCode.NONE
-    message: str = ""
-
-
-OK = GroupError()
-
-
-def error(code: ErrorCode, message: str) -> GroupError:
-    return GroupError(int(code), message)
-
 
 # ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------------
 
@@ -56,7 +42,7 @@ class JoinGroupMember:
 
 @dataclass(frozen=True, slots=True)
 class JoinGroupResponse:
-    error: GroupError
+    error: ApiError
     generation_id: int = NO_GENERATION
     protocol_type: str = ""
     protocol_name: str = ""
@@ -79,7 +65,7 @@ class SyncGroupRequest:
 
 @dataclass(frozen=True, slots=True)
 class SyncGroupResponse:
-    error: GroupError
+    error: ApiError
     protocol_type: str = ""
     protocol_name: str = ""
     assignment: bytes = b""
@@ -95,7 +81,7 @@ class HeartbeatRequest:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatResponse:
-    error: GroupError
+    error: ApiError
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +101,12 @@ class LeaveGroupRequest:
 class LeaveGroupMemberResponse:
     member_id: str
     group_instance_id: str | None
-    error: GroupError
+    error: ApiError
 
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroupResponse:
-    error: GroupError
+    error: ApiError
     members: tuple[LeaveGroupMemberResponse, ...] = ()
 
 
@@ -149,8 +135,8 @@ class OffsetCommitRequest:
 class OffsetCommitResponse:
     """``error`` fails the whole request; else ``partitions`` maps (topic, partition) -> error."""
 
-    error: GroupError
-    partitions: dict[tuple[str, int], GroupError]
+    error: ApiError
+    partitions: dict[tuple[str, int], ApiError]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,12 +150,12 @@ class FetchedOffset:
     committed_offset: int = NO_OFFSET
     committed_leader_epoch: int = NO_EPOCH
     metadata: str = ""
-    error: GroupError = OK
+    error: ApiError = OK
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchResponse:
-    error: GroupError
+    error: ApiError
     partitions: dict[tuple[str, int], FetchedOffset]
 
 
@@ -195,7 +181,7 @@ class DescribedGroupMember:
 
 @dataclass(frozen=True, slots=True)
 class DescribedGroup:
-    error: GroupError
+    error: ApiError
     group_id: str
     group_state: str = ""
     protocol_type: str = ""
@@ -207,7 +193,7 @@ class DescribedGroup:
 @dataclass(frozen=True, slots=True)
 class DeletableGroupResult:
     group_id: str
-    error: GroupError
+    error: ApiError
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +205,8 @@ class DeleteGroupsResponse:
 class OffsetDeleteResponse:
     """``error`` fails the whole request; else ``partitions`` maps (topic, partition) -> error."""
 
-    error: GroupError
-    partitions: dict[tuple[str, int], GroupError]
+    error: ApiError
+    partitions: dict[tuple[str, int], ApiError]
 
 
 GroupResponse = (

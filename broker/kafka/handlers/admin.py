@@ -38,7 +38,7 @@ from broker.kafka.handlers.context import BrokerServices, RequestContext
 from broker.kafka.handlers.metadata import live_brokers
 from metadata import configs as cfg
 from proto import admin_pb2, metadata_pb2
-from proto.errors import ErrorCode
+from proto.errors import ApiError, ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
 from proto.kafka.topic_ids import topic_id_of, uuid_of
@@ -49,6 +49,7 @@ BROKER_RESOURCE = 4
 BROKERS_ENDPOINT_TYPE = 1
 # Kafka's error 115 (KIP-919), not in proto's ErrorCode (nothing else answers it).
 UNSUPPORTED_ENDPOINT_TYPE = 115
+NO_ANSWER = ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer")
 TOPIC_VISIBLE_WAIT_S = 5.0
 TOPIC_VISIBLE_POLL_S = 0.02
 # Kafka's DescribeConfigsResponse config sources.
@@ -77,19 +78,23 @@ DELETE_TOPICS_BY_ID_VERSION = 6
 class AdminProblem(Exception):
     """A whole-request failure of a forwarded call (NOT_CONTROLLER, REQUEST_TIMED_OUT, ...)."""
 
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def api_error(error: Any) -> ApiError:
+    """The ``ApiError`` of a controller answer's ``common_pb2.Error``."""
+    return ApiError(ErrorCode(error.code), error.message)
 
 
 async def forward(services: BrokerServices, method: str, request: Any) -> Any:
     """The controller's answer; its whole-request error raises ``AdminProblem``."""
     if services.forward_admin is None:
-        raise AdminProblem(ErrorCode.NOT_CONTROLLER, "this broker cannot reach the controllers")
+        raise AdminProblem(ApiError(ErrorCode.NOT_CONTROLLER, "this broker cannot reach the controllers"))
     response = await services.forward_admin(method, request)
     if response.error.code:
-        raise AdminProblem(response.error.code, response.error.message)
+        raise AdminProblem(api_error(response.error))
     return response
 
 
@@ -120,15 +125,20 @@ async def handle_create_topics(
     for t in request.topics:
         if t.name in twice:
             results[t.name] = _topic_error(
-                t.name, ErrorCode.INVALID_REQUEST, f"topic {t.name!r} appears more than once in the request"
+                t.name,
+                ApiError(
+                    ErrorCode.INVALID_REQUEST, f"topic {t.name!r} appears more than once in the request"
+                ),
             )
             continue
         nulls = [c.name for c in t.configs if c.value is None]
         if nulls:
             results[t.name] = _topic_error(
                 t.name,
-                ErrorCode.INVALID_CONFIG,
-                f"configs {nulls} have a null value; give a value or leave them out",
+                ApiError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"configs {nulls} have a null value; give a value or leave them out",
+                ),
             )
             continue
         topic = forwarded.topics.add(
@@ -144,7 +154,7 @@ async def handle_create_topics(
             response = await forward(services, "CreateTopics", forwarded)
         except AdminProblem as exc:
             for topic in forwarded.topics:
-                results[topic.name] = _topic_error(topic.name, exc.code, exc.message)
+                results[topic.name] = _topic_error(topic.name, exc.error)
         else:
             created = [r.name for r in response.topics if not r.error.code]
             if created and not request.validate_only:
@@ -161,11 +171,11 @@ async def handle_create_topics(
     )
 
 
-def _topic_error(name: str, code: int, message: str) -> m.CreateTopicsResponseCreatableTopicResult:
+def _topic_error(name: str, error: ApiError) -> m.CreateTopicsResponseCreatableTopicResult:
     return m.CreateTopicsResponseCreatableTopicResult(
         name=name,
-        error_code=code,
-        error_message=message,
+        error_code=error.code,
+        error_message=error.message,
         num_partitions=-1,
         replication_factor=-1,
         configs=None,
@@ -177,7 +187,7 @@ def _created(
     services: BrokerServices, version: int, r: admin_pb2.CreateTopicsResponse.Result
 ) -> m.CreateTopicsResponseCreatableTopicResult:
     if r.error.code:
-        return _topic_error(r.name, r.error.code, r.error.message)
+        return _topic_error(r.name, api_error(r.error))
     configs = None
     if version >= CREATE_TOPICS_CONFIGS_VERSION:
         defaults = services.manager.image.cluster_defaults()
@@ -220,16 +230,16 @@ async def handle_delete_topics(
         wanted = [(name, "") for name in request.topic_names]
     results: list[m.DeleteTopicsResponseDeletableTopicResult] = []
     names = [name for name, _ in wanted if name is not None]
-    outcome: dict[str, tuple[int, str, str]] = {}
+    outcome: dict[str, tuple[ApiError, str]] = {}  # name -> (error, topic id)
     twice = duplicates(names)
     to_delete = [n for n in dict.fromkeys(names) if n not in twice]
     if to_delete:
         try:
             response = await forward(services, "DeleteTopics", admin_pb2.DeleteTopicsRequest(names=to_delete))
-            outcome = {r.name: (r.error.code, r.error.message, r.topic_id) for r in response.topics}
+            outcome = {r.name: (api_error(r.error), r.topic_id) for r in response.topics}
         except AdminProblem as exc:
-            outcome = dict.fromkeys(to_delete, (exc.code, exc.message, ""))
-        deleted = [n for n, (code, _, _) in outcome.items() if not code]
+            outcome = dict.fromkeys(to_delete, (exc.error, ""))
+        deleted = [n for n, (error, _) in outcome.items() if error.ok]
         await wait_visible(
             services,
             request.timeout_ms,
@@ -237,20 +247,21 @@ async def handle_delete_topics(
         )
     for name, topic_id in wanted:
         shown_id = topic_id
-        code: int
         if name is None:
-            code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id!r}"
+            error = ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id!r}")
         elif name in twice:
-            code, message = ErrorCode.INVALID_REQUEST, f"topic {name!r} appears more than once in the request"
+            error = ApiError(
+                ErrorCode.INVALID_REQUEST, f"topic {name!r} appears more than once in the request"
+            )
         else:
-            code, message, found_id = outcome.get(name, (ErrorCode.UNKNOWN_SERVER_ERROR, "no answer", ""))
+            error, found_id = outcome.get(name, (ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer"), ""))
             shown_id = topic_id or found_id
         results.append(
             m.DeleteTopicsResponseDeletableTopicResult(
                 name=name,
                 topic_id=uuid_of(shown_id),
-                error_code=code,
-                error_message=message or None,
+                error_code=error.code,
+                error_message=error.message or None,
             )
         )
     return m.DeleteTopicsResponse(throttle_time_ms=0, responses=results)
@@ -261,10 +272,10 @@ async def handle_create_partitions(
 ) -> m.CreatePartitionsResponse:
     twice = duplicates([t.name for t in request.topics])
     forwarded = admin_pb2.CreatePartitionsRequest(validate_only=request.validate_only)
-    outcome: dict[str, tuple[int, str]] = {}
+    outcome: dict[str, ApiError] = {}
     for t in request.topics:
         if t.name in twice:
-            outcome[t.name] = (
+            outcome[t.name] = ApiError(
                 ErrorCode.INVALID_REQUEST,
                 f"topic {t.name!r} appears more than once in the request",
             )
@@ -275,10 +286,10 @@ async def handle_create_partitions(
     if forwarded.topics:
         try:
             response = await forward(services, "CreatePartitions", forwarded)
-            outcome.update({r.name: (r.error.code, r.error.message) for r in response.topics})
+            outcome.update({r.name: api_error(r.error) for r in response.topics})
         except AdminProblem as exc:
-            outcome.update({t.name: (exc.code, exc.message) for t in forwarded.topics})
-        grown = {t.name: t.count for t in forwarded.topics if not outcome.get(t.name, (1,))[0]}
+            outcome.update({t.name: exc.error for t in forwarded.topics})
+        grown = {t.name: t.count for t in forwarded.topics if t.name in outcome and outcome[t.name].ok}
         if grown and not request.validate_only:
 
             def visible() -> bool:
@@ -294,8 +305,8 @@ async def handle_create_partitions(
         results=[
             m.CreatePartitionsResponseCreatePartitionsTopicResult(
                 name=name,
-                error_code=outcome.get(name, (ErrorCode.UNKNOWN_SERVER_ERROR, ""))[0],
-                error_message=outcome.get(name, (0, "no answer"))[1] or None,
+                error_code=outcome.get(name, NO_ANSWER).code,
+                error_message=outcome.get(name, NO_ANSWER).message or None,
             )
             for name in dict.fromkeys(t.name for t in request.topics)
         ],
@@ -322,11 +333,11 @@ async def handle_describe_configs(
 ) -> m.DescribeConfigsResponse:
     version = context.version
     forwarded = admin_pb2.DescribeConfigsRequest()
-    problems: dict[int, tuple[int, str]] = {}
+    problems: dict[int, ApiError] = {}
     for i, r in enumerate(request.resources):
         target = _config_resource(services, r.resource_type, r.resource_name)
         if isinstance(target, str):
-            problems[i] = (ErrorCode.INVALID_REQUEST, target)
+            problems[i] = ApiError(ErrorCode.INVALID_REQUEST, target)
         else:
             forwarded.resources.add(resource_type=target[0], resource_name=target[1])
     synonyms = version >= DESCRIBE_CONFIGS_SOURCE_VERSION and request.include_synonyms
@@ -337,19 +348,16 @@ async def handle_describe_configs(
         try:
             answers = list((await forward(services, "DescribeConfigs", forwarded)).results)
         except AdminProblem as exc:
-            problems.update(
-                {i: (exc.code, exc.message) for i in range(len(request.resources)) if i not in problems}
-            )
+            problems.update({i: exc.error for i in range(len(request.resources)) if i not in problems})
     cluster = {e.name: e for e in answers[-1].configs} if synonyms and answers else {}
     results = []
     answered = iter(answers)
     for i, r in enumerate(request.resources):
         if i in problems:
-            code, message = problems[i]
             results.append(
                 m.DescribeConfigsResponseDescribeConfigsResult(
-                    error_code=code,
-                    error_message=message,
+                    error_code=problems[i].code,
+                    error_message=problems[i].message,
                     resource_type=r.resource_type,
                     resource_name=r.resource_name,
                 )
@@ -438,7 +446,7 @@ async def handle_alter_configs(
             (await forward(services, "DescribeConfigs", described)).results if described.resources else ()
         )
     except AdminProblem as exc:
-        failed = [(exc.code, exc.message)] * len(request.resources)
+        failed = [exc.error] * len(request.resources)
         return m.AlterConfigsResponse(
             throttle_time_ms=0, responses=_alter_results(result, request.resources, failed)
         )
@@ -458,15 +466,15 @@ async def handle_alter_configs(
     )
 
 
-def _alter_results(result_class: Any, resources: list[Any], outcome: list[tuple[int, str]]) -> list[Any]:
+def _alter_results(result_class: Any, resources: list[Any], outcome: list[ApiError]) -> list[Any]:
     return [
         result_class(
-            error_code=code,
-            error_message=message or None,
+            error_code=error.code,
+            error_message=error.message or None,
             resource_type=r.resource_type,
             resource_name=r.resource_name,
         )
-        for r, (code, message) in zip(resources, outcome, strict=True)
+        for r, error in zip(resources, outcome, strict=True)
     ]
 
 
@@ -474,20 +482,22 @@ async def _alter(
     services: BrokerServices,
     changes: list[tuple[int, str, list[tuple[str, int, str | None]]]],
     validate_only: bool,
-) -> list[tuple[int, str]]:
-    """(error code, message) per resource of one (Incremental)AlterConfigs request."""
-    outcome: list[tuple[int, str] | None] = []
+) -> list[ApiError]:
+    """The outcome of each resource of one (Incremental)AlterConfigs request."""
+    outcome: list[ApiError | None] = []
     forwarded = admin_pb2.AlterConfigsRequest(validate_only=validate_only)
     twice = duplicates([f"{kind}/{name}" for kind, name, _ in changes])
     for kind, name, ops in changes:
         if f"{kind}/{name}" in twice:
             outcome.append(
-                (ErrorCode.INVALID_REQUEST, f"resource {name!r} appears more than once in the request")
+                ApiError(
+                    ErrorCode.INVALID_REQUEST, f"resource {name!r} appears more than once in the request"
+                )
             )
             continue
         if kind == BROKER_RESOURCE and name:
             outcome.append(
-                (
+                ApiError(
                     ErrorCode.INVALID_REQUEST,
                     (
                         f"per-broker configs are not supported (broker {name!r}); alter the cluster-wide "
@@ -498,30 +508,31 @@ async def _alter(
             continue
         target = _config_resource(services, kind, name)
         if isinstance(target, str):
-            outcome.append((ErrorCode.INVALID_REQUEST, target))
+            outcome.append(ApiError(ErrorCode.INVALID_REQUEST, target))
             continue
         bad = [n for n, op, value in ops if value is None and op != cfg.AlterConfigOp.DELETE]
         if bad:
-            outcome.append((ErrorCode.INVALID_CONFIG, f"configs {bad} have a null value"))
+            outcome.append(ApiError(ErrorCode.INVALID_CONFIG, f"configs {bad} have a null value"))
             continue
         if any(op not in set(cfg.AlterConfigOp) for _, op, _ in ops):
             outcome.append(
-                (ErrorCode.INVALID_REQUEST, "config operations are 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT")
+                ApiError(
+                    ErrorCode.INVALID_REQUEST, "config operations are 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT"
+                )
             )
             continue
         resource = forwarded.resources.add(resource_type=target[0], resource_name=target[1])
         for n, op, value in ops:
             resource.configs.add(name=n, op=op, value=value or "")
         outcome.append(None)
-    answers: list[tuple[int, str]] = []
+    answers: list[ApiError] = []
     if forwarded.resources:
         try:
             answers = [
-                (r.error.code, r.error.message)
-                for r in (await forward(services, "AlterConfigs", forwarded)).results
+                api_error(r.error) for r in (await forward(services, "AlterConfigs", forwarded)).results
             ]
         except AdminProblem as exc:
-            answers = [(exc.code, exc.message)] * len(forwarded.resources)
+            answers = [exc.error] * len(forwarded.resources)
     answered = iter(answers)
     return [o if o is not None else next(answered) for o in outcome]
 
@@ -567,13 +578,13 @@ async def handle_elect_leaders(
     except AdminProblem as exc:  # v0 has no top-level error: every partition asked for carries it
         return m.ElectLeadersResponse(
             throttle_time_ms=0,
-            error_code=exc.code,
+            error_code=exc.error.code,
             replica_election_results=[
                 m.ElectLeadersResponseReplicaElectionResult(
                     topic=t.topic,
                     partition_result=[
                         m.ElectLeadersResponsePartitionResult(
-                            partition_id=p, error_code=exc.code, error_message=exc.message
+                            partition_id=p, error_code=exc.error.code, error_message=exc.error.message
                         )
                         for p in t.partitions
                     ],

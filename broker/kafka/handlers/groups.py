@@ -32,8 +32,6 @@ from __future__ import annotations
 from typing import Any
 
 from broker.group.requests import (
-    OK,
-    GroupError,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -43,10 +41,9 @@ from broker.group.requests import (
     OffsetCommitResponse,
     OffsetFetchRequest,
     SyncGroupRequest,
-    error,
 )
 from broker.kafka.handlers.context import BrokerServices, RequestContext
-from proto.errors import ErrorCode
+from proto.errors import OK, ApiError, ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
 from proto.kafka_types import NO_OFFSET
@@ -88,16 +85,16 @@ async def handle_find_coordinator(
 async def _coordinator(
     services: BrokerServices, context: RequestContext, key_type: int, key: str
 ) -> m.FindCoordinatorResponseCoordinator:
-    problem: GroupError | None
+    problem: ApiError | None
     if key_type == TRANSACTION_KEY_TYPE:
-        problem = error(
+        problem = ApiError(
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             f"transactional id {key!r}: transactions are not supported by this cluster yet",
         )
     elif key_type != GROUP_KEY_TYPE:
-        problem = error(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type} (0 = group)")
+        problem = ApiError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type} (0 = group)")
     elif services.offsets_topic is None:
-        problem = error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no group coordinator")
+        problem = ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no group coordinator")
     else:
         found = services.offsets_topic.find_coordinator(key)
         problem = found.error if found.error.code else None
@@ -107,7 +104,7 @@ async def _coordinator(
             if broker is not None and not broker.fenced:
                 endpoint = next((e for e in broker.endpoints if e.name == context.listener), None)
             if endpoint is None:
-                problem = error(
+                problem = ApiError(
                     ErrorCode.COORDINATOR_NOT_AVAILABLE,
                     f"coordinator broker {found.node_id} has no live {context.listener} listener; retry",
                 )
@@ -216,13 +213,13 @@ async def handle_offset_commit(
 ) -> m.OffsetCommitResponse:
     driver = services.groups
     image = services.manager.image
-    results: dict[tuple[str, int], GroupError] = {}
+    results: dict[tuple[str, int], ApiError] = {}
     known: list[OffsetCommitPartition] = []
     for t in request.topics:
         topic = image.topic_by_name(t.name)
         for p in t.partitions:
             if topic is None or p.partition_index not in topic.partitions:
-                results[(t.name, p.partition_index)] = error(
+                results[(t.name, p.partition_index)] = ApiError(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{t.name}-{p.partition_index} does not exist"
                 )
             else:

@@ -19,7 +19,7 @@ from broker.group.requests import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from proto.errors import ErrorCode
+from proto.errors import OK, ApiError, ErrorCode
 
 PARTITIONS = 4
 GROUP = "g"
@@ -61,14 +61,14 @@ class Harness:
         for append in fx.appends:
             self.appended.append(append)
             if self.auto_append:
-                self.apply(self.core.complete_append(append.append_id, ErrorCode.NONE, "", self.now_ms))
+                self.apply(self.core.complete_append(append.append_id, OK, self.now_ms))
             else:
                 self.held.append(append)
 
     def finish_appends(self, code: ErrorCode = ErrorCode.NONE) -> None:
         held, self.held = self.held, []
         for append in held:
-            self.apply(self.core.complete_append(append.append_id, code, "injected", self.now_ms))
+            self.apply(self.core.complete_append(append.append_id, ApiError(code, "injected"), self.now_ms))
 
     def next_rid(self) -> int:
         self._rid += 1

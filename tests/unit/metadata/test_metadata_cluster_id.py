@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from metadata.api import Code, RegisterBrokerRequest
+from metadata.api import RegisterBrokerRequest
 from metadata.controller import ControllerConfig, QuorumController
 from metadata.image import MetadataImage, MetadataReplayError
 from metadata.records import (
@@ -19,6 +19,7 @@ from metadata.records import (
     encode_batch,
 )
 from metadata.state_machine import MetadataStateMachine
+from proto.errors import ErrorCode as Code
 
 GIVEN = "MkU3OEVBNTcwNTJENDM2Qg"  # the example id of Kafka's quickstart
 OTHER = "q1Sh-9_ISia_zwGINzRvyQ"

@@ -16,7 +16,6 @@ from metadata.api import (
     AlterPartitionItem,
     AlterPartitionRequest,
     BrokerState,
-    Code,
     ElectLeadersRequest,
     NewPartitions,
     NewTopic,
@@ -26,6 +25,7 @@ from metadata.configs import AlterConfigOp
 from metadata.controller import ControllerConfig
 from metadata.partition_change import Election
 from metadata.records import ConfigResourceType, encode_batch
+from proto.errors import ErrorCode as Code
 from proto.kafka_types import NO_LEADER
 
 

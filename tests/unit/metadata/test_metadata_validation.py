@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from metadata import configs as cfg
-from metadata.api import Code
 from metadata.topics import validate_assignment, validate_counts, validate_topic_name
+from proto.errors import ErrorCode as Code
 
 NAME_CASES = [
     ("simple", "orders", None),
