@@ -12,10 +12,7 @@ from metadata.configs import AlterConfigOp
 from metadata.partition_change import Election
 from metadata.records import ConfigResourceType, Endpoint
 from proto.errors import ApiError
-from proto.kafka_types import NO_LEADER
-
-USE_DEFAULT = -1  # Kafka: num_partitions / replication_factor of -1 = the cluster default
-
+from proto.kafka_types import NO_BROKER_EPOCH, NO_LEADER, USE_DEFAULT
 
 # ---- topics --------------------------------------------------------------------------------------
 
@@ -133,9 +130,6 @@ class BrokerHeartbeatResponse:
     is_caught_up: bool = False
     is_fenced: bool = True
     should_shut_down: bool = False
-
-
-NO_BROKER_EPOCH = -1  # BrokerState: the leader has not seen this member's broker epoch
 
 
 @dataclass(frozen=True, slots=True)

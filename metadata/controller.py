@@ -26,7 +26,6 @@ from typing import Generic, TypeVar
 from metadata import configs as cfg
 from metadata import replication as repl
 from metadata.api import (
-    USE_DEFAULT,
     AllocateProducerIdsResponse,
     AlterConfigsResource,
     AlterConfigsResult,
@@ -62,7 +61,7 @@ from metadata.records import (
 from metadata.topics import validate_assignment, validate_counts, validate_topic_name
 from proto.errors import OK, ApiError
 from proto.errors import ErrorCode as Code
-from proto.kafka_types import NO_LEADER
+from proto.kafka_types import NO_LEADER, USE_DEFAULT
 
 T = TypeVar("T")
 

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 
 from metadata import configs as cfg
 from metadata.api import (
-    NO_BROKER_EPOCH,
     AlterPartitionItem,
     AlterPartitionItemResult,
     BrokerState,
@@ -36,7 +35,7 @@ from metadata.placement import PlacementBroker, place_partitions
 from metadata.records import ZERO_UUID, PartitionChangeRecord, PartitionRecord
 from proto.errors import OK, ApiError
 from proto.errors import ErrorCode as Code
-from proto.kafka_types import NO_LEADER
+from proto.kafka_types import NO_BROKER_EPOCH, NO_LEADER
 
 
 def new_topic_id(rng: random.Random, taken: Iterable[str]) -> str:

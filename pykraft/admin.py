@@ -31,8 +31,8 @@ import grpc
 
 from proto import admin_pb2, admin_pb2_grpc, common_pb2, errors, metadata_pb2
 from proto.errors import ErrorCode
+from proto.kafka_types import USE_DEFAULT
 
-USE_DEFAULT = -1  # num_partitions / replication_factor: the cluster default
 DEFAULT_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.1
 CONFIG_OPS = {

@@ -44,11 +44,9 @@ from proto import errors
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
 from proto.kafka.codec import KafkaDecodeError
-from proto.kafka_types import NO_LEADER, NO_OFFSET, TopicPartition
+from proto.kafka_types import CONSUMER_REPLICA_ID, NO_LEADER, NO_OFFSET, NO_PREFERRED_REPLICA, TopicPartition
 from spark.options import EARLIEST_OFFSET, LATEST_OFFSET
 
-NO_REPLICA = -1  # Fetch's preferred_read_replica when the leader names none
-CONSUMER_REPLICA_ID = -1
 READ_COMMITTED = 1
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 FETCH_MAX_BYTES = 16 * 1024 * 1024
@@ -380,7 +378,7 @@ class KafkaBrokerClient:
             return FetchResult(b"", data.high_watermark, data.log_start_offset, data.error_code)
         if (
             data.error_code == errors.ErrorCode.NONE
-            and data.preferred_read_replica != NO_REPLICA
+            and data.preferred_read_replica != NO_PREFERRED_REPLICA
             and data.preferred_read_replica != self._leaders[tp][0]
             and data.preferred_read_replica in self._brokers
         ):

@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from proto import errors
-from proto.kafka_types import TopicPartition
+from proto.kafka_types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
-# Kafka's ListOffsets sentinels, which Spark's JSON offsets reuse.
-EARLIEST_OFFSET = -2
-LATEST_OFFSET = -1
+# Kafka's ListOffsets sentinels, which Spark's JSON offsets reuse, under Spark's names.
+EARLIEST_OFFSET = EARLIEST_TIMESTAMP
+LATEST_OFFSET = LATEST_TIMESTAMP
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's kafkaConsumer.pollTimeoutMs default
 DEFAULT_FETCH_OFFSET_NUM_RETRIES = 3

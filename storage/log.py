@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from proto import errors
-from proto.kafka_types import NO_TIMESTAMP
+from proto.kafka_types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_TIMESTAMP
 from storage import cleaner, compaction, log_loader, log_validator, producer_state_log
 from storage.batch_header import BatchHeader, CorruptRecordError
 from storage.checkpoint import OffsetCheckpoint
@@ -55,17 +55,11 @@ from storage.record_batch import decode_batch
 from storage.segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment
 
 __all__ = [
-    "EARLIEST_TIMESTAMP",
-    "LATEST_TIMESTAMP",
     "Log",
     "LogAppendInfo",
     "TimestampAndOffset",
     "UnexpectedAppendOffsetError",
 ]
-
-# ListOffsets' special timestamps (Kafka's ListOffsetsRequest constants).
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
 
 
 class LogAppendInfo(NamedTuple):

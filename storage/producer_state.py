@@ -49,10 +49,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from proto.errors import ErrorCode
-from proto.kafka_types import NO_PRODUCER_ID
+from proto.kafka_types import NO_PRODUCER_ID, NO_SEQUENCE
 
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
 MAX_BATCHES_PER_PRODUCER = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default (1 day)

@@ -51,7 +51,7 @@ from typing import NamedTuple
 import crc32c
 
 from proto import errors
-from proto.kafka_types import NO_PRODUCER_ID, NO_TIMESTAMP
+from proto.kafka_types import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP
 from storage.batch_header import (
     ATTRIBUTES_POS,
     COMPRESSION_MASK,
@@ -61,8 +61,6 @@ from storage.batch_header import (
     HEADER_SIZE,
     MAGIC_V2,
     NO_PARTITION_LEADER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_SEQUENCE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,

@@ -20,7 +20,7 @@ from broker.follower.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.group.coordinator import GroupCoordinator
 from broker.replica.replica_manager import ReplicaManager
 from proto.kafka import messages as m
-from proto.kafka_types import NO_LEADER, TopicPartition
+from proto.kafka_types import CONSUMER_REPLICA_ID, LATEST_TIMESTAMP, NO_LEADER, TopicPartition
 from proto.runtime.logfmt import log_event
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,6 @@ log = logging.getLogger(__name__)
 REFRESH_INTERVAL_S = 5.0
 CALL_TIMEOUT_S = 2.0
 LIST_OFFSETS_VERSION = 7
-CONSUMER = -1  # replica_id: a consumer's view (LATEST = the high watermark)
-LATEST_TIMESTAMP = -1
 CLIENT_ID = "pykraft-group-lag"
 
 
@@ -100,7 +98,7 @@ class RemoteHighWatermarks:
             for topic, partition in sorted(tps):
                 by_topic.setdefault(topic, []).append(partition)
             request = m.ListOffsetsRequest(
-                replica_id=CONSUMER,
+                replica_id=CONSUMER_REPLICA_ID,
                 topics=[
                     m.ListOffsetsRequestListOffsetsTopic(topic, [latest(p) for p in ps])
                     for topic, ps in by_topic.items()

@@ -51,7 +51,7 @@ from broker.group.metadata import (
 )
 from proto.kafka import codec
 from proto.kafka.codec import KafkaDecodeError
-from proto.kafka_types import NO_EPOCH
+from proto.kafka_types import NO_EPOCH, NO_TIMESTAMP
 from storage.record_batch import build_batch, iter_batches
 
 OFFSET_COMMIT_KEY_VERSION = 1  # versions 0 and 1 are both OffsetCommitKey
@@ -59,7 +59,6 @@ GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 FLEXIBLE_VALUE_VERSION = 4
-UNKNOWN_TIMESTAMP = -1
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
 
@@ -98,7 +97,7 @@ def _group_value(snapshot: GroupSnapshot) -> bytes:
     out += _I32.pack(snapshot.generation)
     codec.write_nullable_string(out, snapshot.protocol or None)  # Kafka: null before a protocol is chosen
     codec.write_nullable_string(out, snapshot.leader or None)
-    out += _I64.pack(snapshot.current_state_timestamp_ms or UNKNOWN_TIMESTAMP)
+    out += _I64.pack(snapshot.current_state_timestamp_ms or NO_TIMESTAMP)
     out += _I32.pack(len(snapshot.members))
     for m in snapshot.members:
         codec.write_string(out, m.member_id)

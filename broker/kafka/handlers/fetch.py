@@ -32,13 +32,12 @@ from metadata.image import MetadataImage
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
+from proto.kafka.fetch_session import NO_SESSION_ID
 from proto.kafka.topic_ids import topic_id_of
-from proto.kafka_types import NO_LEADER, TopicPartition
+from proto.kafka_types import NO_LEADER, NO_PREFERRED_REPLICA, TopicPartition
 
 TOPIC_IDS_VERSION = 13
 NODE_ENDPOINTS_VERSION = 16
-NO_SESSION = 0
-NO_PREFERRED_REPLICA = -1
 CONSUMER_REPLICA_IDS = frozenset({-1, -2})  # a consumer; -2 also a debugging consumer (v<15)
 LEADER_HINT_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 DEFAULT_PARTITION_MAX_BYTES = 1 << 20
@@ -53,9 +52,9 @@ def handle_fetch(
 ) -> m.FetchResponse | Later:
     if replica_of(context, request)[0] not in CONSUMER_REPLICA_IDS:
         return handle_replica_fetch(services, context, request)
-    if request.session_id != NO_SESSION:
+    if request.session_id != NO_SESSION_ID:
         return m.FetchResponse(
-            throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=NO_SESSION
+            throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=NO_SESSION_ID
         )
     image = services.manager.image
     by_id = context.version >= TOPIC_IDS_VERSION
@@ -117,7 +116,7 @@ def _response(
             ]
         topics.append(m.FetchResponseFetchableTopicResponse(topic=name or "", topic_id=t.topic_id,
                                                             partitions=partitions))  # fmt: skip
-    response = m.FetchResponse(throttle_time_ms=0, error_code=0, session_id=NO_SESSION, responses=topics)
+    response = m.FetchResponse(throttle_time_ms=0, error_code=0, session_id=NO_SESSION_ID, responses=topics)
     if leaders and context.version >= NODE_ENDPOINTS_VERSION:
         response.node_endpoints = [
             m.FetchResponseNodeEndpoint(node_id=i, host=h, port=p, rack=r or None)

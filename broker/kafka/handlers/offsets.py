@@ -20,11 +20,8 @@ from broker.kafka.handlers.context import BrokerServices, RequestContext
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
-from proto.kafka_types import NO_OFFSET, TopicPartition
+from proto.kafka_types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, NO_OFFSET, TopicPartition
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
 SPECS = {EARLIEST_TIMESTAMP: "EARLIEST", LATEST_TIMESTAMP: "LATEST", MAX_TIMESTAMP: "MAX_TIMESTAMP"}
 MAX_TIMESTAMP_VERSION = 7
 OFFSET_NOT_AVAILABLE_VERSION = 5  # older clients get LEADER_NOT_AVAILABLE (Kafka's KafkaApis)

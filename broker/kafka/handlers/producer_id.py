@@ -15,9 +15,7 @@ from broker.txn.producer_ids import ProducerIdUnavailableError
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
-from proto.kafka_types import NO_PRODUCER_ID
-
-NO_PRODUCER_EPOCH = -1
+from proto.kafka_types import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 
 async def handle_init_producer_id(

@@ -28,12 +28,11 @@ from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.fetch_session import PartitionFetchRequest, SentPartitionState, SessionContext
 from proto.kafka.topic_ids import topic_id_of, uuid_of
-from proto.kafka_types import NO_OFFSET, TopicPartition
+from proto.kafka_types import NO_BROKER_EPOCH, NO_OFFSET, TopicPartition
 from proto.runtime import latency_trace
 
 TOPIC_IDS_VERSION = 13
 REPLICA_STATE_VERSION = 15
-NO_BROKER_EPOCH = -1
 DEFAULT_PARTITION_MAX_BYTES = 1 << 20
 MAX_BYTES_DEFAULT = (1 << 31) - 1
 

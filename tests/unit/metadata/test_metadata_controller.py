@@ -10,7 +10,6 @@ import time
 import pytest
 
 from metadata.api import (
-    NO_BROKER_EPOCH,
     AlterableConfig,
     AlterConfigsResource,
     AlterPartitionItem,
@@ -26,7 +25,7 @@ from metadata.controller import ControllerConfig
 from metadata.partition_change import Election
 from metadata.records import ConfigResourceType, encode_batch
 from proto.errors import ErrorCode as Code
-from proto.kafka_types import NO_LEADER
+from proto.kafka_types import NO_BROKER_EPOCH, NO_LEADER
 
 
 def members(cluster, *broker_ids: int, unknown: tuple[int, ...] = ()) -> tuple[BrokerState, ...]:

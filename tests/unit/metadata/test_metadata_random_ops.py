@@ -16,7 +16,6 @@ from collections import Counter
 import pytest
 
 from metadata.api import (
-    NO_BROKER_EPOCH,
     AlterableConfig,
     AlterConfigsResource,
     AlterPartitionItem,
@@ -30,7 +29,7 @@ from metadata.configs import AlterConfigOp
 from metadata.image import MetadataImage
 from metadata.partition_change import Election
 from metadata.records import ConfigResourceType, decode_batch, encode_batch
-from proto.kafka_types import NO_LEADER
+from proto.kafka_types import NO_BROKER_EPOCH, NO_LEADER
 
 STEPS = 250
 

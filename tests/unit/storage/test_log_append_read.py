@@ -14,10 +14,11 @@ import pytest
 from storage_log_helpers import FakeClock, batch_offsets, filled, follower_batch, log_factory, make_batch
 
 from proto import errors
+from proto.kafka_types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.batch_header import parse_header, validate_batch
 from storage.config import LOG_APPEND_TIME, LogConfig
 from storage.epoch_cache import UNDEFINED, EpochEndOffset
-from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TimestampAndOffset, UnexpectedAppendOffsetError
+from storage.log import TimestampAndOffset, UnexpectedAppendOffsetError
 
 
 @pytest.fixture(autouse=True)
