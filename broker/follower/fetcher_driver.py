@@ -247,9 +247,12 @@ class FetcherDriver:
                     partition_max_bytes=state.partition_max_bytes,
                 )
             )
+        # A partition leaves the session under the topic id it was fetched with (Kafka's
+        # FetchSessionHandler): a deleted topic's id is no longer in this broker's metadata.
         forgotten: dict[str, list[int]] = {}
         for name, index in session.forgotten:
-            forgotten.setdefault(name, []).append(index)
+            topic_id = session.forgotten_topic_ids.get(TopicPartition(name, index)) or self.topic_id_of(name)
+            forgotten.setdefault(topic_id, []).append(index)
         return m.FetchRequest(
             replica_state=m.FetchRequestReplicaState(
                 replica_id=plan.replica_id, replica_epoch=plan.broker_epoch
@@ -257,8 +260,8 @@ class FetcherDriver:
             max_wait_ms=config.max_wait_ms, min_bytes=config.min_bytes, max_bytes=config.max_bytes,
             session_id=session.session_id, session_epoch=session.session_epoch, topics=list(topics.values()),
             forgotten_topics_data=[
-                m.FetchRequestForgottenTopic(topic_id=uuid_of(self.topic_id_of(name)), partitions=indexes)
-                for name, indexes in forgotten.items()
+                m.FetchRequestForgottenTopic(topic_id=uuid_of(topic_id), partitions=indexes)
+                for topic_id, indexes in forgotten.items()
             ],
         )  # fmt: skip
 

@@ -11,7 +11,9 @@ Theory of operation. A fetch request names a session by ``(session_id, session_e
              dropped connection)
     (X,  N)  N >= 1: an incremental request in session X. It lists only the partitions whose fetch
              state changed since the last request (new ones, a new fetch offset or leader epoch) and
-             ``forgotten_topics_data`` for partitions that leave; every other partition of the session
+             ``forgotten_topics_data`` for partitions that leave (v13+: named by the topic id the
+             follower sent them with, which is how the session forgets them — the topic may be
+             deleted by then, its id unknown to both sides' metadata); every other partition of the session
              is fetched again with its cached state. N must be the epoch the leader expects (one more
              than the last): else INVALID_FETCH_SESSION_EPOCH; an unknown X, or one opened by another
              replica: FETCH_SESSION_ID_NOT_FOUND. Either error answers no partition, and the follower
@@ -39,7 +41,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from proto.errors import ErrorCode
 from proto.kafka_types import NO_OFFSET, TopicPartition
@@ -94,6 +96,13 @@ class FetchSession:
     partitions: dict[TopicPartition, PartitionFetchRequest]
     sent: dict[TopicPartition, SentPartitionState]
 
+    def partitions_of(self, topic_id_partitions: Iterable[tuple[str, int]]) -> list[TopicPartition]:
+        """The session's partitions fetched with these (topic id, partition index) pairs."""
+        wanted = {(topic_id, index) for topic_id, index in topic_id_partitions if topic_id}
+        if not wanted:
+            return []
+        return [tp for tp, state in self.partitions.items() if (state.topic_id, tp[1]) in wanted]
+
 
 class FetchSessionCache:
     """The leader's fetch sessions (see the module docstring)."""
@@ -114,8 +123,13 @@ class FetchSessionCache:
         session_epoch: int,
         updated: Mapping[TopicPartition, PartitionFetchRequest],
         forgotten: Iterable[TopicPartition],
+        forgotten_ids: Iterable[tuple[str, int]] = (),
     ) -> SessionContext:
-        """Resolve a request's partitions (``updated``: those it lists) through its session."""
+        """Resolve a request's partitions (``updated``: those it lists) through its session.
+
+        A partition leaves the session by name (``forgotten``, requests below v13) or by (topic id,
+        partition) (``forgotten_ids``, v13+): the id the follower fetched it with, whether or not the
+        leader's metadata still knows it (Kafka's ``FetchSession`` forgets by ``TopicIdPartition``)."""
         if session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != NO_SESSION_ID:
                 self._sessions.pop(session_id, None)
@@ -140,7 +154,7 @@ class FetchSessionCache:
             )  # fmt: skip
         session.next_epoch = session.next_epoch + 1 if session.next_epoch < SESSION_ID_MAX else 1
         self._sessions.move_to_end(session_id)
-        for tp in forgotten:
+        for tp in [*forgotten, *session.partitions_of(forgotten_ids)]:
             session.partitions.pop(tp, None)
             session.sent.pop(tp, None)
         session.partitions.update(updated)
@@ -196,6 +210,10 @@ class SessionRequest:
     session_epoch: int
     partitions: dict[TopicPartition, PartitionFetchRequest]  # to list in ``topics``
     forgotten: tuple[TopicPartition, ...]
+    # The topic id each forgotten partition was last sent with ("" if never known): a forget names the
+    # topic by it (v13+), as Kafka's FetchSessionHandler does, not by what the metadata says now (a
+    # deleted topic has no id there any more, and the leader could not tell what to forget).
+    forgotten_topic_ids: Mapping[TopicPartition, str] = field(default_factory=dict)
 
 
 class FetchSessionHandler:
@@ -214,7 +232,8 @@ class FetchSessionHandler:
             return SessionRequest(self.session_id, INITIAL_EPOCH, dict(wanted), ())
         changed = {tp: state for tp, state in wanted.items() if self._sent.get(tp) != state}
         forgotten = tuple(tp for tp in self._sent if tp not in wanted)
-        return SessionRequest(self.session_id, self.next_epoch, changed, forgotten)
+        topic_ids = {tp: self._sent[tp].topic_id for tp in forgotten}
+        return SessionRequest(self.session_id, self.next_epoch, changed, forgotten, topic_ids)
 
     def handle_response(self, error: ErrorCode, session_id: int) -> bool:
         """The answer to the last ``build``: True if its partitions are usable. A session error resets
@@ -243,7 +262,8 @@ class FetchSessionHandler:
         (its leader moved) is still named in ``forgotten``: else the leader's session would keep it
         and answer its error at once, every round, in a tight loop of fetches."""
         for tp in partitions:
-            self._sent[tp] = _RELIST
+            sent = self._sent.get(tp)
+            self._sent[tp] = _RELIST if sent is None else replace(_RELIST, topic_id=sent.topic_id)
 
     def reset(self) -> None:
         """A request failed (no answer, dropped connection): start over with a full request, which

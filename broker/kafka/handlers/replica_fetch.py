@@ -49,26 +49,7 @@ def handle_replica_fetch(
 ) -> m.FetchResponse | Later:
     replica_id, broker_epoch = replica_of(context, request)
     by_id = context.version >= TOPIC_IDS_VERSION
-    unknown: list[tuple[m.FetchRequestFetchTopic, list[int]]] = []
-    updated: dict[TopicPartition, PartitionFetchRequest] = {}
-    for t in request.topics:
-        name, topic_id = _resolve(services, by_id, t.topic, t.topic_id)
-        if name is None:
-            unknown.append((t, [p.partition for p in t.partitions]))
-            continue
-        for p in t.partitions:
-            max_bytes = p.partition_max_bytes if p.partition_max_bytes > 0 else DEFAULT_PARTITION_MAX_BYTES
-            updated[TopicPartition(name, p.partition)] = PartitionFetchRequest(
-                p.fetch_offset, p.current_leader_epoch, p.last_fetched_epoch, max_bytes, topic_id
-            )
-    forgotten = []
-    for f in request.forgotten_topics_data:
-        name, _ = _resolve(services, by_id, f.topic, f.topic_id)
-        if name is not None:
-            forgotten += [TopicPartition(name, index) for index in f.partitions]
-    session = services.fetch_sessions.new_context(
-        replica_id, request.session_id, request.session_epoch, updated, forgotten
-    )
+    session, unknown = resolve_session(services, by_id, replica_id, request)
     if session.error != ErrorCode.NONE:
         return m.FetchResponse(throttle_time_ms=0, error_code=session.error, session_id=0)
     items = [
@@ -102,6 +83,41 @@ def handle_replica_fetch(
     if future.done():
         return _response(services, by_id, session, future.result(), unknown)
     return Later(future, functools.partial(_response, services, by_id, session, unknown=unknown))
+
+
+def resolve_session(
+    services: BrokerServices, by_id: bool, replica_id: int, request: m.FetchRequest
+) -> tuple[SessionContext, list[tuple[m.FetchRequestFetchTopic, list[int]]]]:
+    """The request's partitions through the replica's fetch session, and the listed topics whose id
+    this broker does not know (answered UNKNOWN_TOPIC_ID, outside the session).
+
+    A forgotten partition leaves the session by the topic id the follower names (v13+) whether or not
+    this broker's metadata still knows that id (Kafka's ``FetchSession``): the topic may have been
+    deleted, and a forget ignored would keep it in the session, answered with an error at once on
+    every fetch, in a tight loop between the two brokers."""
+    unknown: list[tuple[m.FetchRequestFetchTopic, list[int]]] = []
+    updated: dict[TopicPartition, PartitionFetchRequest] = {}
+    for t in request.topics:
+        name, topic_id = _resolve(services, by_id, t.topic, t.topic_id)
+        if name is None:
+            unknown.append((t, [p.partition for p in t.partitions]))
+            continue
+        for p in t.partitions:
+            max_bytes = p.partition_max_bytes if p.partition_max_bytes > 0 else DEFAULT_PARTITION_MAX_BYTES
+            updated[TopicPartition(name, p.partition)] = PartitionFetchRequest(
+                p.fetch_offset, p.current_leader_epoch, p.last_fetched_epoch, max_bytes, topic_id
+            )
+    forgotten: list[TopicPartition] = []
+    forgotten_ids: list[tuple[str, int]] = []
+    for f in request.forgotten_topics_data:
+        if by_id:
+            forgotten_ids += [(topic_id_of(f.topic_id), index) for index in f.partitions]
+        else:
+            forgotten += [TopicPartition(f.topic, index) for index in f.partitions]
+    session = services.fetch_sessions.new_context(
+        replica_id, request.session_id, request.session_epoch, updated, forgotten, forgotten_ids
+    )
+    return session, unknown
 
 
 def _resolve(services: BrokerServices, by_id: bool, topic: str, topic_uuid) -> tuple[str | None, str]:

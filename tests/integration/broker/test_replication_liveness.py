@@ -6,6 +6,12 @@ brokers, one cluster for the module).
   and eligible to join (Kafka's ``shouldWaitForReplicaToJoinIsr``). Before, with the ISR = {leader},
   the HW moved to the leader's LEO on every append and a follower's fetch offset, always one append
   behind, never reached it.
+- After a replicated topic is deleted under load, the brokers' CPU use (their own, from
+  ``/proc/<pid>/stat``) returns to its idle level: a follower forgets the deleted partitions in its
+  incremental fetch session by the topic id it fetched them with, and the leader drops them by that id
+  (Kafka's FetchSessionHandler / FetchSession). Before, the forget named the topic by an id looked up
+  in current metadata (none: the topic is gone) and the leader ignored it, so every fetch of the
+  session was answered at once with an error for the deleted topic: both brokers spun.
 
 Every connection between nodes crosses the chaos proxy (``tests.chaos.proxy``), which delays the
 followers' links to the leader: replication over a slower link than the producers', so that appends
@@ -15,6 +21,7 @@ where its processes answer late (a saturated leader answers everything late, hea
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -64,8 +71,12 @@ class FloodProducer:
     ``pause_s`` between two: appends reach the leader more often than a follower's fetches over the
     delayed link do, so one lands between any two of them."""
 
-    def __init__(self, cluster: BrokerCluster, topic: str, clients: int = 2, pause_s: float = 0.0) -> None:
+    def __init__(
+        self, cluster: BrokerCluster, topic: str, clients: int = 2, pause_s: float = 0.0, partitions: int = 1
+    ) -> None:
         self.pause_s = pause_s
+        self.partitions = partitions
+        self.purge_on_exit = False  # drop what is still queued (a deleted topic's records never go)
         settings = {
             "bootstrap.servers": cluster.cluster.kafka_bootstrap, "acks": "1", "linger.ms": 0,
             "enable.idempotence": False, "queue.buffering.max.messages": 20_000,
@@ -89,6 +100,8 @@ class FloodProducer:
             thread.join(30)
         assert not any(t.is_alive() for t in self._threads), "the producer threads did not stop"
         for producer in self.producers:
+            if self.purge_on_exit:
+                producer.purge()
             producer.flush(30)
 
     def _delivered(self, err: object, _msg: object) -> None:
@@ -99,9 +112,13 @@ class FloodProducer:
                 self.failures.append(str(err))
 
     def _run(self, producer: Producer) -> None:
+        n = 0
         while not self.stop.is_set():
+            n += 1
             try:
-                producer.produce(self.topic, value=b"x" * 100, partition=0, on_delivery=self._delivered)
+                producer.produce(
+                    self.topic, value=b"x" * 100, partition=n % self.partitions, on_delivery=self._delivered
+                )
             except BufferError:  # the local queue is full: let librdkafka send
                 producer.poll(0.005)
                 continue
@@ -157,3 +174,64 @@ def test_bounced_followers_rejoin_the_isr_under_a_continuous_acks1_producer(
     assert not flood.failures, flood.failures
     assert rate > 1_000, f"the producers slowed to {rate:.0f} records/s: the leader was not under load"
     print(f"rejoined after {rejoined_s:.2f} s (budget {REJOIN_BUDGET_S:.1f} s) at {rate:.0f} records/s")
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CPU_WINDOW_S = 2.0
+# An idle broker's own CPU use varies with what else the machine runs; a spinning pair of brokers uses
+# tenths of a CPU-second per second each. "Back to idle": within this factor of the idle window, plus
+# a floor for noise.
+IDLE_FACTOR, IDLE_SLACK = 2.0, 0.05
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process' user + system CPU time so far (``/proc/<pid>/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def cpu_rates(pids: dict[int, int], window_s: float = CPU_WINDOW_S) -> dict[int, float]:
+    """CPU-seconds per second of each broker over the next ``window_s``."""
+    before = {b: cpu_seconds(pid) for b, pid in pids.items()}
+    time.sleep(window_s)  # the measurement window, not a wait for a condition
+    return {b: (cpu_seconds(pid) - before[b]) / window_s for b, pid in pids.items()}
+
+
+def test_idle_brokers_cpu_returns_to_idle_after_a_replicated_topic_is_deleted_under_load(
+    proxied: tuple[BrokerCluster, ProxyControl],
+) -> None:
+    """A 3-partition RF-3 topic is deleted while acks=1 producers write to it, beside another one that
+    stays; once the producers stop, each broker's CPU use is back at the level it had when idle before,
+    within 30 s."""
+    cluster, proxy = proxied
+    proxy.delay([], 0)
+    # Every broker keeps following a partition on every other one after the delete: their fetch
+    # sessions (one per follower and leader) go on, with or without the deleted partitions.
+    cluster.create_topic("kept", partitions=3, min_insync_replicas="1")
+    pids = {b: cluster.broker(b).pid for b in BROKERS}
+    assert all(pids.values()), pids
+    idle = cpu_rates(pids)
+    topic = "doomed"
+    cluster.create_topic(topic, partitions=3, min_insync_replicas="1")
+    with FloodProducer(cluster, topic, pause_s=0.001, partitions=3) as flood:
+        flood.purge_on_exit = True
+        wait_for(lambda: flood.delivered > 2_000, 30, "the producers running")
+        loaded = cpu_rates(pids, 1.0)
+        cluster.admin.delete_topics([topic])
+        wait_for(lambda: topic not in {t.name for t in cluster.admin.list_topics()}, 30, f"{topic} deleted")
+    limit = {b: IDLE_FACTOR * idle[b] + IDLE_SLACK for b in BROKERS}
+    seen: list[dict[int, float]] = []
+
+    def back_to_idle() -> bool:
+        seen.append(cpu_rates(pids))
+        return all(seen[-1][b] <= limit[b] for b in BROKERS)
+
+    try:
+        wait_for(back_to_idle, 30, "every broker's CPU back to its idle level", interval_s=0)
+    finally:
+        after = "; ".join(_fmt(r) for r in seen)
+        print(f"CPU-s/s idle {_fmt(idle)}; producing {_fmt(loaded)}; after the delete {after}")
+
+
+def _fmt(rates: dict[int, float]) -> str:
+    return " ".join(f"{b}:{rate:.3f}" for b, rate in sorted(rates.items()))

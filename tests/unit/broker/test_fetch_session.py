@@ -189,3 +189,33 @@ def test_a_partition_answered_with_an_error_and_then_dropped_is_forgotten() -> N
     assert context.partitions == {B: state(0)}
     assert h.handle_response(context.error, context.session_id)
     assert h.build({B: state(0)}).forgotten == ()
+
+
+def test_a_forget_names_the_topic_id_the_partition_was_sent_with() -> None:
+    """Issue 24 §1, the follower's side: a partition that leaves the session is forgotten under the topic
+    id it was last sent with (Kafka's FetchSessionHandler), also after an error made it relisted —
+    not under whatever the metadata says now (a deleted topic has no id there)."""
+    h, c = FetchSessionHandler(), cache()
+    a, b = PartitionFetchRequest(0, 1, 1, 1 << 20, "id-t"), PartitionFetchRequest(0, 1, 1, 1 << 20, "id-u")
+    request = h.build({A: a, C: b})
+    context = c.new_context(FOLLOWER, request.session_id, request.session_epoch, request.partitions, ())
+    assert h.handle_response(context.error, context.session_id)
+    h.relist([C])  # answered with an error
+    dropped = h.build({})
+    assert dropped.forgotten == (A, C) and dropped.forgotten_topic_ids == {A: "id-t", C: "id-u"}
+
+
+def test_the_cache_forgets_by_topic_id_even_an_id_nobody_knows_any_more() -> None:
+    """Issue 24 §1, the leader's side: ``forgotten_ids`` drop the session's partitions fetched with that
+    (topic id, partition), whatever the names; another incarnation of the topic (a new id, same name) is
+    not touched. The session then answers nothing more for them."""
+    c = cache()
+    old = PartitionFetchRequest(0, 1, 1, 1 << 20, "old-id")
+    full = c.new_context(FOLLOWER, NO_SESSION_ID, INITIAL_EPOCH, {A: old, B: old, C: state(0)}, ())
+    step = c.new_context(FOLLOWER, full.session_id, 1, {}, (), [("old-id", 0), ("old-id", 1)])
+    assert step.partitions == {C: state(0)}
+    new = PartitionFetchRequest(0, 1, 1, 1 << 20, "new-id")
+    c.new_context(FOLLOWER, full.session_id, 2, {A: new}, ())
+    kept = c.new_context(FOLLOWER, full.session_id, 3, {}, (), [("old-id", 0)])
+    assert kept.partitions == {A: new, C: state(0)}, "a forget of the old id dropped the new incarnation"
+    c.invariants()

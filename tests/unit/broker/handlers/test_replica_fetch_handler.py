@@ -17,7 +17,7 @@ from broker.kafka.handlers.processor import RequestProcessor, build_handlers
 from broker.metrics import KafkaRequestMetrics
 from broker.replica.replica_manager import ProduceRequestPartition, ReplicaManager
 from metadata.image import MetadataImage
-from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from metadata.records import Endpoint, PartitionRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord
 from proto.clock import wall_clock_ms
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
@@ -245,3 +245,26 @@ def test_an_unknown_topic_id_is_answered_at_once_not_after_the_long_poll(
     parked.max_wait_ms = 30_000
     with pytest.raises(AssertionError, match="parked"):
         leader.fetch_now(parked)  # the control: nothing to read and no error waits for data
+
+
+def test_a_deleted_topic_leaves_the_session_by_the_id_the_follower_forgets_it_with(leader: Leader) -> None:
+    """Issue 24 §1: a topic is deleted while a follower fetches it in a session. The follower forgets its
+    partitions by the topic id it fetched them with; the leader's metadata no longer knows that id, yet
+    its session must drop them (Kafka's FetchSession forgets by TopicIdPartition). Else every later
+    fetch of the session is answered at once, with UNKNOWN_TOPIC_OR_PARTITION for the deleted topic
+    (which the follower ignores), and the two brokers spin until the connection drops."""
+    full = leader.fetch(replica_fetch({0: (0, -1), 1: (0, -1)}, session=(0, 0)))
+    session = full.session_id
+    assert session != 0 and set(by_partition(full)) == {0, 1}
+    leader.manager.image.apply_batch([RemoveTopicRecord(T_ID)], leader.manager.image.offset + 1)
+    leader.manager.apply_image(leader.manager.image, 1)
+    assert ("t", 0) not in leader.manager.partitions
+    forget = replica_fetch({}, session=(session, 1))
+    forget.forgotten_topics_data = [m.FetchRequestForgottenTopic(topic_id=uuid_of(T_ID), partitions=[0, 1])]
+    forget.max_wait_ms = 30_000
+    with pytest.raises(AssertionError, match="parked"):
+        leader.fetch_now(forget)  # nothing left in the session: a long poll, not an error at once
+    idle = replica_fetch({}, session=(session, 2))
+    idle.max_wait_ms = 30_000
+    with pytest.raises(AssertionError, match="parked"):
+        leader.fetch_now(idle)
