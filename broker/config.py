@@ -48,6 +48,7 @@ from proto.runtime.settings import (
     one_dir,
     require,
 )
+from proto.topic_configs import BROKER_DEFAULT_KEYS
 
 # Kafka config name -> (BrokerSettings field, minimum)
 BROKER_OVERRIDES: dict[str, tuple[str, int]] = {
@@ -94,25 +95,8 @@ BROKER_FLAGS: dict[str, str] = {
     # with sendfile; false reads them into memory (to measure the difference, or to rule it out).
     "kafka.sendfile.enable": "sendfile_enable",
 }
-# Broker-wide defaults of topic configs (a topic's own setting wins).
-TOPIC_DEFAULT_KEYS = frozenset(
-    {
-        "min.insync.replicas",
-        "max.message.bytes",
-        "segment.bytes",
-        "segment.ms",
-        "retention.ms",
-        "retention.bytes",
-        "flush.messages",
-        "flush.ms",
-        "message.timestamp.type",
-        "index.interval.bytes",
-        "cleanup.policy",
-        "delete.retention.ms",
-        "min.cleanable.dirty.ratio",
-        "min.compaction.lag.ms",
-    }
-)
+# Broker-wide defaults of topic configs (a topic's own setting wins): the catalog's broker defaults.
+TOPIC_DEFAULT_KEYS = BROKER_DEFAULT_KEYS
 # Settings of the controller processes (metadata.server.OVERRIDES), passed to every node by the
 # launcher: ignored here. Kept as names so that this module needs no import of the controller.
 CONTROLLER_KEYS = frozenset(

@@ -1,27 +1,17 @@
-"""Topic configs: the names a topic may override, their types, defaults and valid values.
+"""Topic configs on the controller: validation, effective values and IncrementalAlterConfigs' operations.
 
-Kafka's names and defaults. A topic's effective value is its override, else the cluster default
-(a ``CLUSTER`` config record), else the built-in default below. ``validate_config`` returns an error
-message (``None`` when valid) so that the controller can answer ``INVALID_CONFIG`` per resource.
-Values travel and are stored as strings, as in Kafka.
+The names a topic may override, their types, defaults and valid values are the catalog in
+``proto.topic_configs``. A topic's effective value is its override, else the cluster default (a
+``CLUSTER`` config record), else the catalog's default. ``validate_config`` returns an error message
+(``None`` when valid) so that the controller can answer ``INVALID_CONFIG`` per resource. Values
+travel and are stored as strings, as in Kafka.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
-
-
-class ConfigType(enum.Enum):
-    INT = "int"
-    LONG = "long"
-    DOUBLE = "double"
-    BOOLEAN = "boolean"
-    LIST = "list"
-    STRING = "string"
+from proto.topic_configs import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigDef, ConfigType, split_list
 
 
 class AlterConfigOp(enum.IntEnum):
@@ -31,45 +21,6 @@ class AlterConfigOp(enum.IntEnum):
     DELETE = 1
     APPEND = 2
     SUBTRACT = 3
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    name: str
-    type: ConfigType
-    default: str
-    minimum: int | None = None  # for INT/LONG/DOUBLE
-    maximum: int | None = None  # for DOUBLE (INT/LONG are bounded by their type)
-    choices: frozenset[str] | None = None  # for LIST/STRING: allowed items
-    doc: str = ""
-
-
-CLEANUP_POLICIES = frozenset({"delete", "compact"})
-COMPRESSION_TYPES = frozenset({"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"})
-TIMESTAMP_TYPES = frozenset({"CreateTime", "LogAppendTime"})
-
-TOPIC_CONFIGS: dict[str, ConfigDef] = {
-    d.name: d
-    for d in (
-        ConfigDef("min.insync.replicas", ConfigType.INT, "1", 1, doc="ISR size acks=all needs"),
-        ConfigDef("retention.ms", ConfigType.LONG, "604800000", -1, doc="-1 keeps data forever"),
-        ConfigDef("retention.bytes", ConfigType.LONG, "-1", -1, doc="-1 = no size limit"),
-        ConfigDef("segment.bytes", ConfigType.INT, "1073741824", 14, doc="size of one log segment"),
-        ConfigDef("segment.ms", ConfigType.LONG, "604800000", 1, doc="roll a segment after this long"),
-        ConfigDef("max.message.bytes", ConfigType.INT, "1048588", 0, doc="largest record batch"),
-        ConfigDef("cleanup.policy", ConfigType.LIST, "delete", choices=CLEANUP_POLICIES),
-        ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, "false"),
-        ConfigDef("flush.messages", ConfigType.LONG, str(LONG_MAX), 1, doc="fsync every N messages"),
-        ConfigDef("flush.ms", ConfigType.LONG, str(LONG_MAX), 0, doc="fsync after this long"),
-        ConfigDef("compression.type", ConfigType.STRING, "producer", choices=COMPRESSION_TYPES),
-        ConfigDef("message.timestamp.type", ConfigType.STRING, "CreateTime", choices=TIMESTAMP_TYPES),
-        ConfigDef("delete.retention.ms", ConfigType.LONG, "86400000", 0),
-        ConfigDef("min.compaction.lag.ms", ConfigType.LONG, "0", 0),
-        ConfigDef("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5", 0, 1, doc="share dirty to clean"),
-    )
-}
-
-UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
 
 
 def _validate_number(d: ConfigDef, value: str) -> str | None:
@@ -117,10 +68,6 @@ def validate_config(name: str, value: str) -> str | None:
     if d.choices is not None and value not in d.choices:
         return f"{name} must be one of {sorted(d.choices)}, got {value!r}"
     return None
-
-
-def split_list(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def normalize(name: str, value: str) -> str:

@@ -62,6 +62,7 @@ from metadata.topics import validate_assignment, validate_counts, validate_topic
 from proto.errors import OK, ApiError
 from proto.errors import ErrorCode as Code
 from proto.kafka_types import NO_LEADER, USE_DEFAULT
+from proto.topic_configs import TOPIC_CONFIGS
 
 T = TypeVar("T")
 
@@ -279,7 +280,7 @@ class QuorumController:
         current = dict(self.image.configs.get((kind, name), {}))
         records: list[Record] = []
         for change in resource.configs:
-            if change.name not in cfg.TOPIC_CONFIGS:
+            if change.name not in TOPIC_CONFIGS:
                 return [], ApiError(Code.INVALID_CONFIG, cfg.validate_config(change.name, change.value) or "")
             value = cfg.apply_op(change.name, change.op, change.value, current.get(change.name))
             if value is not None:

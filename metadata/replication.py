@@ -36,6 +36,7 @@ from metadata.records import ZERO_UUID, PartitionChangeRecord, PartitionRecord
 from proto.errors import OK, ApiError
 from proto.errors import ErrorCode as Code
 from proto.kafka_types import NO_BROKER_EPOCH, NO_LEADER
+from proto.topic_configs import UNCLEAN_LEADER_ELECTION
 
 
 def new_topic_id(rng: random.Random, taken: Iterable[str]) -> str:
@@ -50,7 +51,7 @@ def new_topic_id(rng: random.Random, taken: Iterable[str]) -> str:
 def unclean_allowed(image: MetadataImage, topic_id: str) -> bool:
     topic = image.topics[topic_id]
     value = cfg.effective_config(image.topic_overrides(topic.name), image.cluster_defaults())[
-        cfg.UNCLEAN_LEADER_ELECTION
+        UNCLEAN_LEADER_ELECTION
     ]
     return value == "true"
 

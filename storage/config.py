@@ -1,4 +1,4 @@
-"""Per-partition log configuration, with Kafka's topic-config names and defaults.
+"""Per-partition log configuration, with Kafka's topic-config names and defaults (``proto.topic_configs``).
 
 ``LogConfig`` is a frozen dataclass whose fields are Kafka's topic configs with dots turned into
 underscores (``segment.bytes`` -> ``segment_bytes``). ``LogConfig.from_properties`` accepts the dotted
@@ -24,42 +24,50 @@ from dataclasses import dataclass
 from typing import Any
 
 from proto import errors
+from proto.topic_configs import (
+    CATALOG,
+    CLEANUP_POLICIES,
+    COMPACT,
+    DELETE,
+    MAX_SEGMENT_BYTES,
+    MIN_SEGMENT_BYTES,
+    TIMESTAMP_TYPES,
+    ConfigType,
+)
 from storage.batch_header import HEADER_SIZE
 
-# Offset index positions are stored as int32, so a segment can never be larger than this.
-MAX_SEGMENT_BYTES = 2**31 - 1
-MIN_SEGMENT_BYTES = 14  # Kafka's lower bound for segment.bytes (LegacyRecord.RECORD_OVERHEAD_V0)
-
-CREATE_TIME = "CreateTime"
-LOG_APPEND_TIME = "LogAppendTime"
-TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
-
-_DAY_MS = 24 * 60 * 60 * 1000
 # Kafka encodes "no limit" as -1 in these settings; we turn it into None.
 _MINUS_ONE_MEANS_NONE = {"retention_bytes", "retention_ms", "flush_messages", "flush_ms"}
 
-COMPACT = "compact"
-DELETE = "delete"
-CLEANUP_POLICIES = (COMPACT, DELETE)
+
+def _default(dotted: str) -> Any:
+    """The catalog's default of ``dotted`` as a ``LogConfig`` field holds it (-1 = unlimited is None)."""
+    d = CATALOG[dotted]
+    if d.type == ConfigType.DOUBLE:
+        return float(d.default)
+    if d.type in (ConfigType.INT, ConfigType.LONG):
+        value = int(d.default)
+        return None if value == -1 and dotted.replace(".", "_") in _MINUS_ONE_MEANS_NONE else value
+    return d.default
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """Topic-level settings of one partition log (Kafka names; defaults are Kafka's)."""
+    """Topic-level settings of one partition log (Kafka names; defaults from ``proto.topic_configs``)."""
 
-    segment_bytes: int = 1024 * 1024 * 1024
-    segment_ms: int = 7 * _DAY_MS
-    retention_ms: int | None = 7 * _DAY_MS
-    retention_bytes: int | None = None
-    index_interval_bytes: int = 4096
-    max_message_bytes: int = 1024 * 1024 + 12
-    flush_messages: int | None = None
-    flush_ms: int | None = None
-    message_timestamp_type: str = CREATE_TIME
-    cleanup_policy: str = DELETE
-    delete_retention_ms: int = _DAY_MS
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
+    segment_bytes: int = _default("segment.bytes")
+    segment_ms: int = _default("segment.ms")
+    retention_ms: int | None = _default("retention.ms")
+    retention_bytes: int | None = _default("retention.bytes")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    max_message_bytes: int = _default("max.message.bytes")
+    flush_messages: int | None = None  # the catalog's Long.MAX_VALUE: never on a count
+    flush_ms: int | None = None  # the catalog's Long.MAX_VALUE: never on a timer
+    message_timestamp_type: str = _default("message.timestamp.type")
+    cleanup_policy: str = _default("cleanup.policy")
+    delete_retention_ms: int = _default("delete.retention.ms")
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
 
     @property
     def compact(self) -> bool:

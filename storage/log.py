@@ -42,10 +42,11 @@ from typing import NamedTuple
 
 from proto import errors
 from proto.kafka_types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_TIMESTAMP
+from proto.topic_configs import LOG_APPEND_TIME
 from storage import cleaner, compaction, log_loader, log_validator, producer_state_log
 from storage.batch_header import BatchHeader, CorruptRecordError
 from storage.checkpoint import OffsetCheckpoint
-from storage.config import LOG_APPEND_TIME, LogConfig
+from storage.config import LogConfig
 from storage.epoch_cache import EpochEndOffset, LeaderEpochCache
 from storage.file_slice import FileSlice
 from storage.log_checkpoints import CheckpointSnapshot, LogCheckpoints

@@ -43,6 +43,7 @@ from proto.kafka import messages as m
 from proto.kafka.api import ApiKey
 from proto.kafka.topic_ids import topic_id_of, uuid_of
 from proto.kafka_types import NO_OFFSET, TopicPartition
+from proto.topic_configs import TOPIC_CONFIGS, ConfigType
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -63,12 +64,12 @@ SOURCES = {
 }
 # Kafka's DescribeConfigsResponse config types.
 CONFIG_TYPES = {
-    cfg.ConfigType.BOOLEAN: 1,
-    cfg.ConfigType.STRING: 2,
-    cfg.ConfigType.INT: 3,
-    cfg.ConfigType.LONG: 5,
-    cfg.ConfigType.DOUBLE: 6,
-    cfg.ConfigType.LIST: 7,
+    ConfigType.BOOLEAN: 1,
+    ConfigType.STRING: 2,
+    ConfigType.INT: 3,
+    ConfigType.LONG: 5,
+    ConfigType.DOUBLE: 6,
+    ConfigType.LIST: 7,
 }
 CREATE_TOPICS_CONFIGS_VERSION = 5
 DESCRIBE_CONFIGS_SOURCE_VERSION = 1
@@ -388,7 +389,7 @@ def _config_entry(
     version: int, request: m.DescribeConfigsRequest, e: Any, cluster: Any
 ) -> m.DescribeConfigsResponseDescribeConfigsResourceResult:
     source = SOURCES.get(e.source, DEFAULT_CONFIG)
-    definition = cfg.TOPIC_CONFIGS.get(e.name)
+    definition = TOPIC_CONFIGS.get(e.name)
     synonyms = []
     if version >= DESCRIBE_CONFIGS_SOURCE_VERSION and request.include_synonyms:
         if source == DYNAMIC_TOPIC_CONFIG:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from metadata.configs import TOPIC_CONFIGS, validate_config
+from metadata.configs import validate_config
 from proto import errors
+from proto.topic_configs import TOPIC_CONFIGS
 from storage.config import LogConfig
 
 VALID = [

@@ -15,8 +15,9 @@ from storage_log_helpers import FakeClock, batch_offsets, filled, follower_batch
 
 from proto import errors
 from proto.kafka_types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from proto.topic_configs import LOG_APPEND_TIME
 from storage.batch_header import parse_header, validate_batch
-from storage.config import LOG_APPEND_TIME, LogConfig
+from storage.config import LogConfig
 from storage.epoch_cache import UNDEFINED, EpochEndOffset
 from storage.log import TimestampAndOffset, UnexpectedAppendOffsetError
 
