@@ -84,6 +84,80 @@ def _background(awaitable) -> None:
     task.add_done_callback(_BACKGROUND.discard)
 
 
+def session_partitions(
+    plan: FetchRequestPlan, config: FetcherConfig, topic_id_of: Callable[[str], str]
+) -> dict[TopicPartition, PartitionFetchRequest]:
+    """What ``plan`` asks of each partition, as the fetch session records it."""
+    return {
+        part.topic_partition: PartitionFetchRequest(
+            part.fetch_offset,
+            part.current_leader_epoch,
+            NO_EPOCH if part.last_fetched_epoch is None else part.last_fetched_epoch,
+            config.partition_max_bytes,
+            topic_id_of(part.topic_partition[0]),
+        )
+        for part in plan.partitions
+    }
+
+
+def fetch_request(
+    plan: FetchRequestPlan, session: SessionRequest, config: FetcherConfig, topic_id_of: Callable[[str], str]
+) -> m.FetchRequest:
+    """The Kafka Fetch request for ``plan`` through the fetch session (``session``: what to list and
+    what to forget)."""
+    topics: dict[str, m.FetchRequestFetchTopic] = {}
+    for (name, index), state in session.partitions.items():
+        topic = topics.get(name)
+        if topic is None:
+            topic = topics[name] = m.FetchRequestFetchTopic(topic_id=uuid_of(state.topic_id), partitions=[])
+        topic.partitions.append(
+            m.FetchRequestFetchPartition(
+                partition=index,
+                current_leader_epoch=state.current_leader_epoch,
+                fetch_offset=state.fetch_offset,
+                last_fetched_epoch=state.last_fetched_epoch,
+                partition_max_bytes=state.partition_max_bytes,
+            )
+        )
+    # A partition leaves the session under the topic id it was fetched with (Kafka's
+    # FetchSessionHandler): a deleted topic's id is no longer in this broker's metadata.
+    forgotten: dict[str, list[int]] = {}
+    for name, index in session.forgotten:
+        topic_id = session.forgotten_topic_ids.get(TopicPartition(name, index)) or topic_id_of(name)
+        forgotten.setdefault(topic_id, []).append(index)
+    return m.FetchRequest(
+        replica_state=m.FetchRequestReplicaState(replica_id=plan.replica_id, replica_epoch=plan.broker_epoch),
+        max_wait_ms=config.max_wait_ms, min_bytes=config.min_bytes, max_bytes=config.max_bytes,
+        session_id=session.session_id, session_epoch=session.session_epoch, topics=list(topics.values()),
+        forgotten_topics_data=[
+            m.FetchRequestForgottenTopic(topic_id=uuid_of(topic_id), partitions=indexes)
+            for topic_id, indexes in forgotten.items()
+        ],
+    )  # fmt: skip
+
+
+def fetch_answers(
+    response: m.FetchResponse, followed_topics: set[str], topic_id_of: Callable[[str], str]
+) -> dict[TopicPartition, FetchedPartition]:
+    """The answers of ``response`` for the topics still followed, by partition (a topic no longer
+    followed, or an id this broker does not know yet, is skipped)."""
+    names = {uuid_of(topic_id_of(name)): name for name in followed_topics}
+    answers = {}
+    for topic in response.responses:
+        name = names.get(topic.topic_id)
+        if name is None:
+            continue
+        for p in topic.partitions:
+            diverging = None
+            if p.diverging_epoch.epoch >= 0:
+                diverging = EpochEndOffset(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+            answers[TopicPartition(name, p.partition_index)] = FetchedPartition(
+                ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, NO_OFFSET, diverging,
+                p.records if p.records is not None else b"",
+            )  # fmt: skip
+    return answers
+
+
 class FetcherDriver:
     """Fetches every partition this broker follows on ``leader_id`` (see the module docstring)."""
 
@@ -205,81 +279,19 @@ class FetcherDriver:
         connection = await self._connect()
         if connection is None:
             return None
-        wanted = {
-            part.topic_partition: PartitionFetchRequest(
-                part.fetch_offset,
-                part.current_leader_epoch,
-                NO_EPOCH if part.last_fetched_epoch is None else part.last_fetched_epoch,
-                self.fetcher.config.partition_max_bytes,
-                self.topic_id_of(part.topic_partition[0]),
-            )
-            for part in plan.partitions
-        }
-        session = self.session.build(wanted)
+        session = self.session.build(session_partitions(plan, self.fetcher.config, self.topic_id_of))
         timeout_s = (self.fetcher.config.max_wait_ms + self.request_timeout_ms) / 1000
-        response = await connection.request(self._request(plan, session), FETCH_VERSION, timeout_s)
+        request = fetch_request(plan, session, self.fetcher.config, self.topic_id_of)
+        response = await connection.request(request, FETCH_VERSION, timeout_s)
         code = ErrorCode(response.error_code)
         if not self.session.handle_response(code, response.session_id):
             if code in SESSION_ERRORS or code == ErrorCode.NONE:
                 log_event(log, logging.INFO, "fetch_session_reset", leader=self.leader_id, code=code.name)
                 return {}
             raise FetchAnswerError(f"the leader answered {code.name}")
-        answers = self._answers(response)
+        answers = fetch_answers(response, self._followed_topics(), self.topic_id_of)
         self.session.relist(tp for tp, answer in answers.items() if answer.error != ErrorCode.NONE)
         await self._leader_log_ends(connection, plan, answers, timeout_s)
-        return answers
-
-    def _request(self, plan: FetchRequestPlan, session: SessionRequest) -> m.FetchRequest:
-        config = self.fetcher.config
-        topics: dict[str, m.FetchRequestFetchTopic] = {}
-        for (name, index), state in session.partitions.items():
-            topic = topics.get(name)
-            if topic is None:
-                topic = topics[name] = m.FetchRequestFetchTopic(
-                    topic_id=uuid_of(state.topic_id), partitions=[]
-                )
-            topic.partitions.append(
-                m.FetchRequestFetchPartition(
-                    partition=index,
-                    current_leader_epoch=state.current_leader_epoch,
-                    fetch_offset=state.fetch_offset,
-                    last_fetched_epoch=state.last_fetched_epoch,
-                    partition_max_bytes=state.partition_max_bytes,
-                )
-            )
-        # A partition leaves the session under the topic id it was fetched with (Kafka's
-        # FetchSessionHandler): a deleted topic's id is no longer in this broker's metadata.
-        forgotten: dict[str, list[int]] = {}
-        for name, index in session.forgotten:
-            topic_id = session.forgotten_topic_ids.get(TopicPartition(name, index)) or self.topic_id_of(name)
-            forgotten.setdefault(topic_id, []).append(index)
-        return m.FetchRequest(
-            replica_state=m.FetchRequestReplicaState(
-                replica_id=plan.replica_id, replica_epoch=plan.broker_epoch
-            ),
-            max_wait_ms=config.max_wait_ms, min_bytes=config.min_bytes, max_bytes=config.max_bytes,
-            session_id=session.session_id, session_epoch=session.session_epoch, topics=list(topics.values()),
-            forgotten_topics_data=[
-                m.FetchRequestForgottenTopic(topic_id=uuid_of(topic_id), partitions=indexes)
-                for topic_id, indexes in forgotten.items()
-            ],
-        )  # fmt: skip
-
-    def _answers(self, response: m.FetchResponse) -> dict[TopicPartition, FetchedPartition]:
-        names = {uuid_of(self.topic_id_of(name)): name for name in self._followed_topics()}
-        answers = {}
-        for topic in response.responses:
-            name = names.get(topic.topic_id)
-            if name is None:  # a topic no longer followed (or an id this broker does not know yet)
-                continue
-            for p in topic.partitions:
-                diverging = None
-                if p.diverging_epoch.epoch >= 0:
-                    diverging = EpochEndOffset(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
-                answers[TopicPartition(name, p.partition_index)] = FetchedPartition(
-                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, NO_OFFSET, diverging,
-                    p.records if p.records is not None else b"",
-                )  # fmt: skip
         return answers
 
     def _followed_topics(self) -> set[str]:

@@ -52,17 +52,7 @@ def handle_replica_fetch(
     session, unknown = resolve_session(services, by_id, replica_id, request)
     if session.error != ErrorCode.NONE:
         return m.FetchResponse(throttle_time_ms=0, error_code=session.error, session_id=0)
-    items = [
-        FetchRequestPartition(
-            tp,
-            s.fetch_offset,
-            s.partition_max_bytes,
-            s.current_leader_epoch if s.current_leader_epoch >= 0 else None,
-            s.last_fetched_epoch if s.last_fetched_epoch >= 0 else None,
-            s.topic_id,
-        )
-        for tp, s in session.partitions.items()
-    ]
+    items = session_items(session)
     future: asyncio.Future[dict[TopicPartition, FetchResult]] = asyncio.get_running_loop().create_future()
 
     def answer(results: dict[TopicPartition, FetchResult]) -> None:
@@ -81,8 +71,8 @@ def handle_replica_fetch(
     if latency_trace.ENABLED:
         latency_trace.event("follower_fetch_handled", f"{replica_id} answered={future.done()}")
     if future.done():
-        return _response(services, by_id, session, future.result(), unknown)
-    return Later(future, functools.partial(_response, services, by_id, session, unknown=unknown))
+        return fetch_response(services, by_id, session, future.result(), unknown)
+    return Later(future, functools.partial(fetch_response, services, by_id, session, unknown=unknown))
 
 
 def resolve_session(
@@ -120,6 +110,21 @@ def resolve_session(
     return session, unknown
 
 
+def session_items(session: SessionContext) -> list[FetchRequestPartition]:
+    """The partitions to read for a request resolved through its session."""
+    return [
+        FetchRequestPartition(
+            tp,
+            s.fetch_offset,
+            s.partition_max_bytes,
+            s.current_leader_epoch if s.current_leader_epoch >= 0 else None,
+            s.last_fetched_epoch if s.last_fetched_epoch >= 0 else None,
+            s.topic_id,
+        )
+        for tp, s in session.partitions.items()
+    ]
+
+
 def _resolve(services: BrokerServices, by_id: bool, topic: str, topic_uuid) -> tuple[str | None, str]:
     """(topic name or None if the id is unknown, topic id string or "" when not given)."""
     image = services.manager.image
@@ -130,7 +135,7 @@ def _resolve(services: BrokerServices, by_id: bool, topic: str, topic_uuid) -> t
     return (registration.name if registration is not None else None), topic_id
 
 
-def _response(
+def fetch_response(
     services: BrokerServices,
     by_id: bool,
     session: SessionContext,

@@ -22,7 +22,10 @@ role, leader epoch) — and the controller's committed partition state. Rules (i
   OFFSET_OUT_OF_RANGE only outside ``[log start, LEO]``.
 - *Progress.* A follower's divergence handling never repeats the same truncation without effect
   (issue 14 defect 1); after the faults stop, the replicas converge: one leader, every replica in
-  the ISR, identical logs, HW = LEO everywhere (``check_converged``).
+  the ISR, identical logs, HW = LEO everywhere (``check_converged``). Then (``Sim._bounce_under_load``,
+  issue 24 §1): followers paused out of the ISR rejoin it within ``REJOIN_LIMIT_MS`` while appends
+  keep arriving, and once writes stop no follower fetches more than once per fetch wait (a fetch
+  session that kept a deleted topic answers at once, in a loop).
 """
 
 from __future__ import annotations

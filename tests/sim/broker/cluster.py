@@ -7,7 +7,9 @@ drive everything; no wall time, no threads, no sockets. What runs is the real th
   producer state) over real ``storage.log.Log`` files in its own directory (tmpfs when there is one),
   with the sim's clock injected. Its follower side is the real ``broker.follower.fetcher.ReplicaFetcher`` (and
   through it ``broker.replica.divergence``), driven here exactly as ``broker.follower.fetcher_driver`` drives
-  it;
+  it, through a KIP-227 fetch session per leader: the driver's request and answer code
+  (``fetch_request``, ``fetch_answers``) and the replica-fetch handler's (``resolve_session``,
+  ``fetch_response``) over real ``proto.kafka.fetch_session`` objects, Kafka messages unencoded;
 - the controller is the real ``metadata.controller.QuorumController``: registration, heartbeats,
   session expiry (fencing), AlterPartition, ElectLeaders and IncrementalAlterConfigs generate
   records, which are committed at once (the Raft quorum has its own simulation, tests/sim/raft) and
@@ -19,7 +21,10 @@ This module supplies only what processes and the network supply: a message layer
 drop what was never fsynced (``tests.sim.broker.disk``), restarts, pauses; clients that produce
 (acks=all and 1) and consume; leader elections (preferred, and unclean on seeds that enable it) and
 ``max.message.bytes`` changes. The checker (``tests.sim.broker.checker``) runs after every event;
-``run_seed`` ends with a liveness phase that heals every fault and requires convergence.
+``run_seed`` ends with a liveness phase that heals every fault and requires convergence, then a bounce
+phase (``Sim._bounce_under_load``, issue 24 §1): under a producer faster than replication a second topic
+is created and deleted and both followers are paused out of the ISR; they must rejoin within
+``REJOIN_LIMIT_MS`` and, once writes stop, every follower's fetches must park (no fetch loop).
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ import heapq
 import random
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from broker.follower.fetcher import (
@@ -41,6 +47,9 @@ from broker.follower.fetcher import (
     TruncateFullyAndStartAt,
     TruncateTo,
 )
+from broker.follower.fetcher_driver import fetch_answers, fetch_request, session_partitions
+from broker.kafka.handlers.context import BrokerServices
+from broker.kafka.handlers.replica_fetch import fetch_response, resolve_session, session_items
 from broker.replica.partition import ACKS_ALL, ACKS_LEADER, AlterPartitionProposal
 from broker.replica.replica_manager import (
     ProduceRequestPartition,
@@ -67,6 +76,8 @@ from metadata.partition_change import Election
 from metadata.records import ConfigRecord, ConfigResourceType, Record
 from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka import messages as m
+from proto.kafka.fetch_session import FetchSessionCache, FetchSessionHandler
 from proto.kafka_types import NO_LEADER, TopicPartition
 from storage.record_batch import build_batch
 from tests.sim.broker.checker import Checker, SimViolation
@@ -94,6 +105,13 @@ FETCHER_CONFIG = FetcherConfig(max_wait_ms=300, fetch_backoff_ms=40, partition_m
 MAX_MESSAGE_BYTES_CHOICES = ("600", "1500", "4000", "1048588")
 CHAOS_MS = 3_000  # faults, then
 HEAL_MS = 5_000  # no faults: every follower must be back in the ISR by the end (liveness)
+CHURN_TOPIC = "churn"  # created and deleted in the bounce phase
+BOUNCE_PAUSE_MS = 1_000  # both followers paused: out of the ISR (shrunk after the lag time, or fenced)
+# Back in the ISR after resuming, under steady appends: replica.lag.time.max.ms and a few fetches (seeds
+# 0-99 took 115 ms at the median, 650 ms at most: heartbeat, catch up the pause's backlog, join).
+REJOIN_LIMIT_MS = 2 * REPLICA_LAG_TIME_MAX_MS
+IDLE_WINDOW_MS = 1_500  # no writes: every follower's fetches park
+IDLE_FETCH_SLACK = 3
 
 
 class SimFailure(AssertionError):
@@ -159,6 +177,8 @@ class Sim:
         self.next_value = 0
         self.consumer_position = 0
         self.quiet_until = 0  # no produce before this: leaders come and go without writing (idle epochs)
+        self.fetches_served: Counter[tuple[int, int]] = Counter()  # (follower, leader) -> fetches read
+        self.hot = False  # the bounce phase's steady acks=1 producer
 
     # ---- event loop ---------------------------------------------------------------------------------
 
@@ -215,6 +235,8 @@ class Sim:
                 self._heal()
                 self.run_until(self.options.chaos_ms + self.options.heal_ms)
                 self.checker.check_converged()
+                self._bounce_under_load()
+                self.checker.check_converged()
         except Exception as exc:  # any failure is a bug report: name the seed and the last events
             tail = "\n    ".join(self.trace[-40:])
             raise SimFailure(
@@ -253,13 +275,13 @@ class Sim:
         """Every live broker applied the latest metadata and leads or follows accordingly."""
         return all(b.image.offset == self.controller.offset for b in self.brokers.values() if b.alive)
 
-    def run_until_true(self, condition: Callable[[], bool], limit_ms: int) -> None:
+    def run_until_true(self, condition: Callable[[], bool], limit_ms: int, what: str = "") -> None:
         deadline = self.now_ms + limit_ms
         queue, check = self._queue, self.checker.check
         while not condition():
             if not queue or queue[0][0] > deadline:
                 state = self.checker.describe()
-                raise SimViolation(f"not reached within {limit_ms} ms: {condition}\n  {state}")
+                raise SimViolation(f"not reached within {limit_ms} ms: {what or condition}\n  {state}")
             self.now_ms, _, action = heapq.heappop(queue)
             self.events += 1
             action()
@@ -275,6 +297,80 @@ class Sim:
             if not broker.alive:
                 broker.start()
 
+    # ---- the end: a topic deleted and the followers bounced under load (issue 24 §1) ----------------
+
+    def _bounce_under_load(self) -> None:
+        """After convergence, under a steady acks=1 producer far faster than replication round trips (an
+        append lands between any two fetches of a follower):
+
+        1. a second topic led by the same leader is created, then deleted: each follower forgets it in
+           its fetch session with the leader;
+        2. both followers pause (SIGSTOP) until they are out of the ISR, then resume: they must be back
+           in the ISR within ``REJOIN_LIMIT_MS`` while the producer goes on (a caught-up follower holds
+           the leader's HW back until it joins);
+        3. the producer stops; over ``IDLE_WINDOW_MS`` with no writes every follower's fetches to each
+           leader must park (at most one per ``replica.fetch.max.wait.ms``, plus slack): a session still
+           holding a deleted partition is answered at once, in a tight loop."""
+        leader = self.controller.leader()
+        followers = [b for b in REPLICAS if b != leader]
+        self.note(f"bounce phase: leader b{leader}")
+        self.controller.alter_config("min.insync.replicas", "1")  # the HW moves with the leader alone
+        self.controller.create_topic(CHURN_TOPIC, (leader, *followers))
+        self.run_until_true(lambda: self._everyone_hosts(CHURN_TOPIC), 3_000)
+        self.hot = True
+        self.after(1, self._hot_produce_loop)
+        self.run_until(self.now_ms + 200)
+        self.controller.delete_topic(CHURN_TOPIC)
+        self.run_until_true(lambda: self.caught_up() and not self._anyone_hosts(CHURN_TOPIC), 3_000)
+        for broker_id in followers:
+            self.brokers[broker_id].pause(BOUNCE_PAUSE_MS)
+        self.run_until_true(lambda: set(self.controller.isr()) == {leader}, BOUNCE_PAUSE_MS)
+        self.run_until(max(self.brokers[b].paused_until for b in followers))
+        resumed = self.now_ms
+        self.run_until_true(
+            lambda: set(self.controller.isr()) == set(REPLICAS), REJOIN_LIMIT_MS,
+            f"followers {followers} back in the ISR within {REJOIN_LIMIT_MS} ms of resuming, under a steady "
+            "acks=1 producer",
+        )  # fmt: skip
+        self.note(f"followers rejoined the ISR {self.now_ms - resumed} ms after resuming")
+        self.hot = False
+        self.run_until_true(self._replicas_in_step, 5_000, "every replica holding the leader's log, HW = LEO")
+        before = Counter(self.fetches_served)
+        self.run_until(self.now_ms + IDLE_WINDOW_MS)
+        limit = IDLE_WINDOW_MS // FETCHER_CONFIG.max_wait_ms + IDLE_FETCH_SLACK
+        for pair, count in sorted((self.fetches_served - before).items()):
+            if count > limit:
+                raise SimViolation(
+                    f"b{pair[0]} fetched from b{pair[1]} {count} times in {IDLE_WINDOW_MS} idle ms (at most "
+                    f"{limit} when its fetches park): answered at once, in a loop"
+                )
+
+    def _replicas_in_step(self) -> bool:
+        ends = set()
+        for broker in self.brokers.values():
+            plog, partition = broker.manager.logs.get(PARTITION), broker.manager.partitions.get(PARTITION)
+            if plog is None or partition is None or partition.high_watermark != plog.log_end_offset:
+                return False
+            ends.add(plog.log_end_offset)
+        return len(ends) == 1
+
+    def _everyone_hosts(self, topic: str) -> bool:
+        return self.caught_up() and all(
+            (topic, 0) in b.manager.partitions and b.manager.partitions[(topic, 0)].role.value != "none"
+            for b in self.brokers.values()
+        )
+
+    def _anyone_hosts(self, topic: str) -> bool:
+        return any((topic, 0) in b.manager.partitions for b in self.brokers.values() if b.alive)
+
+    def _hot_produce_loop(self) -> None:
+        """Small acks=1 batches now and then (a backlog while the followers pause); besides these the
+        leader appends one right after it answers a follower's fetch (``serve_replica_fetch``), so that
+        one lands between any two fetches of a follower."""
+        if self.hot:
+            self.produce(self.controller.leader(), ACKS_LEADER, size=1)
+            self.after(self.rng.randint(5, 20), self._hot_produce_loop)
+
     # ---- clients ------------------------------------------------------------------------------------
 
     def _produce_loop(self) -> None:
@@ -283,8 +379,11 @@ class Sim:
                 self.produce()
             self.after(self.rng.randint(1, 2 * self.options.produce_every_ms), self._produce_loop)
 
-    def produce(self, target: int | None = None, acks: int | None = None) -> int:
-        """Send one batch (to ``target`` with ``acks``, else as a client would); returns its value id."""
+    def produce(
+        self, target: int | None = None, acks: int | None = None, size: int | None = None, local: bool = False
+    ) -> int:
+        """Send one batch (to ``target`` with ``acks``, else as a client would); returns its value id.
+        ``local``: from a client next to ``target`` (delivered in 1 ms, never lost)."""
         leader = self.controller.leader()
         if target is None:
             target = leader if leader != NO_LEADER and self.rng.random() < 0.85 else self.rng.choice(REPLICAS)
@@ -292,7 +391,7 @@ class Sim:
             acks = ACKS_ALL if self.rng.random() < 0.75 else ACKS_LEADER
         value_id = self.next_value
         self.next_value += 1
-        size = self.rng.choice((20, 60, 200, 200, 900, 2_000))
+        size = size or self.rng.choice((20, 60, 200, 200, 900, 2_000))
         value = f"{self.seed}:{value_id}:".encode().ljust(size, b".")
         # The record's timestamp is the value id: a batch's max timestamp names it in any log.
         batch = build_batch([(None, value, (), value_id)])
@@ -310,7 +409,10 @@ class Sim:
             broker.log_may_change()
             broker.manager.produce(acks, PRODUCE_TIMEOUT_MS, [item], self.now_ms, answered)
 
-        self.send(CLIENT, target, at_broker, f"produce v{value_id}")
+        if local:
+            self.brokers[target].timer(1, at_broker)
+        else:
+            self.send(CLIENT, target, at_broker, f"produce v{value_id}")
         return value_id
 
     def _consume_loop(self) -> None:
@@ -440,7 +542,7 @@ class SimController:
         self.commit(result.records, f"session expired {result.response}")
         self.sim.after(FENCE_CHECK_INTERVAL_MS, self._fence_loop)
 
-    def create_topic(self) -> None:
+    def create_sim_topic(self) -> None:
         options = self.sim.options
         configs = {
             "min.insync.replicas": str(options.min_insync_replicas),
@@ -458,6 +560,25 @@ class SimController:
         result = self.core.handle_create_topics([topic])
         assert result.response[0].error.ok, result.response[0].error
         self.commit(result.records, "create topic")
+
+    def isr(self) -> tuple[int, ...]:
+        reg = self.partition()
+        return () if reg is None else tuple(reg.isr)
+
+    def create_topic(self, name: str = TOPIC, assignment: tuple[int, ...] = REPLICAS) -> None:
+        if name == TOPIC:
+            return self.create_sim_topic()
+        result = self.core.handle_create_topics([NewTopic(name, assignments={0: assignment})])
+        assert result.response[0].error.ok, result.response[0].error
+        self.sim.note(f"create topic {name} on {list(assignment)}")
+        self.commit(result.records, f"create topic {name}")
+        return None
+
+    def delete_topic(self, name: str) -> None:
+        result = self.core.handle_delete_topics([name])
+        assert result.response[0].error.ok, result.response[0].error
+        self.sim.note(f"delete topic {name}")
+        self.commit(result.records, f"delete topic {name}")
 
     def elect(self, election: Election, quiet: bool = False) -> None:
         result = self.core.handle_elect_leaders(ElectLeadersRequest(election, ((TOPIC, 0),)))
@@ -512,6 +633,11 @@ class SimBroker:
             replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS, topic_defaults={},
             fetchers=self.fetchers, send_alter_partition=self.send_alter_partition,
             on_deadline=self.on_deadline, clock_ms=lambda: self.sim.now_ms,
+        )  # fmt: skip
+        # The Kafka listener's state that the replica-fetch handler uses: followers' fetch sessions.
+        self.services = BrokerServices(
+            self.broker_id, self.manager, lambda: self.sim.now_ms, REQUEST_TIMEOUT_MS,
+            fetch_sessions=FetchSessionCache(random.Random(self.sim.rng.random())),
         )  # fmt: skip
         self.sim.note(f"start b{self.broker_id} (generation {self.generation})")
         self.touched = True
@@ -764,22 +890,28 @@ class SimBroker:
 
     # ---- the leader side of a follower fetch ------------------------------------------------------------
 
-    def serve_replica_fetch(self, plan: FetchRequestPlan, topic_ids: dict[str, str], reply: Callable) -> None:
-        config = FETCHER_CONFIG
-        items = [
-            FetchRequestPartition(
-                part.topic_partition,
-                part.fetch_offset,
-                config.partition_max_bytes,
-                part.current_leader_epoch,
-                part.last_fetched_epoch,
-                topic_ids.get(part.topic_partition[0], ""),
-            )
-            for part in plan.partitions
-        ]
+    def serve_replica_fetch(self, replica_id: int, request: m.FetchRequest, reply: Callable) -> None:
+        """``broker.kafka.handlers.replica_fetch`` without asyncio: the request through this process'
+        fetch sessions (``resolve_session``), read by the replica manager, answered as the handler
+        builds its response (``fetch_response``); ``reply(response, results)``."""
+        services = self.services
+        self.sim.fetches_served[(replica_id, self.broker_id)] += 1
+        session, unknown = resolve_session(services, True, replica_id, request)
+        if session.error != ErrorCode.NONE:
+            reply(m.FetchResponse(throttle_time_ms=0, error_code=session.error, session_id=0), {})
+            return
+        max_wait_ms = 0 if unknown else request.max_wait_ms
+
+        def answer(results: dict[TopicPartition, FetchResult]) -> None:
+            reply(fetch_response(services, True, session, results, unknown), results)
+            if self.sim.hot and PARTITION in results and PARTITION in self.manager.led_partitions():
+                # The bounce phase's producer is far faster than replication: an append lands here
+                # before this follower's next fetch can arrive (every message takes >= 1 ms).
+                self.sim.produce(self.broker_id, ACKS_LEADER, size=1, local=True)
+
         self.manager.fetch_for_follower(
-            plan.replica_id, plan.broker_epoch, items, config.max_bytes, config.min_bytes,
-            config.max_wait_ms, self.sim.now_ms, reply, lambda: self.sim.now_ms,
+            replica_id, request.replica_state.replica_epoch, session_items(session), request.max_bytes,
+            request.min_bytes, max_wait_ms, self.sim.now_ms, answer, lambda: self.sim.now_ms,
         )  # fmt: skip
 
 
@@ -795,6 +927,7 @@ class SimFetchers:
         self.leader_of: dict[TopicPartition, int] = {}
         self.in_flight: dict[int, int] = {}  # leader id -> request id
         self.wake_at: dict[int, tuple[ReplicaFetcher, int]] = {}  # leader id -> its next round
+        self.sessions: dict[int, FetchSessionHandler] = {}  # leader id -> the fetch session with it
 
     def set_broker_epoch(self, broker_epoch: int) -> None:
         self.broker_epoch = broker_epoch
@@ -824,10 +957,11 @@ class SimFetchers:
         if fetcher is None:
             return
         fetcher.remove_partition(tp)
-        if not fetcher.partitions():
+        if not fetcher.partitions():  # the driver stops: its connection, and session, go
             del self.fetchers[leader_id]
             self.in_flight.pop(leader_id, None)
             self.wake_at.pop(leader_id, None)
+            self.sessions.pop(leader_id, None)
 
     def _schedule(self, fetcher: ReplicaFetcher, time_ms: int) -> None:
         scheduled = self.wake_at.get(fetcher.leader_id)
@@ -852,34 +986,59 @@ class SimFetchers:
             return
         self.in_flight[fetcher.leader_id] = plan.request_id
         leader = self.sim.brokers[fetcher.leader_id]
-        follower_id, topic_ids = self.broker.broker_id, dict(self.broker.image.topic_ids)
-        generation = self.broker.generation
+        follower_id, generation = self.broker.broker_id, self.broker.generation
+        # broker.follower.fetcher_driver's request: through the fetch session with this leader, as the
+        # Kafka Fetch it sends (topic ids from this broker's metadata now).
+        session = self.sessions.setdefault(fetcher.leader_id, FetchSessionHandler())
+        wanted = session.build(session_partitions(plan, FETCHER_CONFIG, self._topic_id_of))
+        request = fetch_request(plan, wanted, FETCHER_CONFIG, self._topic_id_of)
 
-        def reply(results: dict[TopicPartition, FetchResult]) -> None:
-            answers = {tp: _fetched(result) for tp, result in results.items()}
+        def reply(response: m.FetchResponse, results: dict[TopicPartition, FetchResult]) -> None:
             self.sim.send(
-                leader.broker_id, follower_id, lambda: self._answered(fetcher, plan, answers), "fetch answer",
-                generation,
+                leader.broker_id, follower_id, lambda: self._answered(fetcher, plan, response, results),
+                "fetch answer", generation,
             )  # fmt: skip
 
         self.sim.send(
-            follower_id, leader.broker_id, lambda: leader.serve_replica_fetch(plan, topic_ids, reply),
+            follower_id, leader.broker_id, lambda: leader.serve_replica_fetch(follower_id, request, reply),
             f"fetch {plan.partitions[0].fetch_offset}",
         )  # fmt: skip
         timeout_ms = FETCHER_CONFIG.max_wait_ms + REQUEST_TIMEOUT_MS
         self.broker.timer(timeout_ms, lambda: self._timed_out(fetcher, plan))
 
+    def _topic_id_of(self, name: str) -> str:
+        return self.broker.image.topic_ids.get(name, "")
+
     def _timed_out(self, fetcher: ReplicaFetcher, plan: FetchRequestPlan) -> None:
         if self.in_flight.get(fetcher.leader_id) != plan.request_id or not self._current(fetcher):
             return
         del self.in_flight[fetcher.leader_id]
+        self.sessions[fetcher.leader_id].reset()  # the driver drops the connection: a new session next
         fetcher.handle_request_failure(plan.request_id, self.sim.now_ms)
         self._schedule(fetcher, self.sim.now_ms)
 
-    def _answered(self, fetcher: ReplicaFetcher, plan: FetchRequestPlan, answers: dict) -> None:
+    def _answered(
+        self, fetcher: ReplicaFetcher, plan: FetchRequestPlan, response: m.FetchResponse,
+        results: dict[TopicPartition, FetchResult],
+    ) -> None:  # fmt: skip
         if self.in_flight.get(fetcher.leader_id) != plan.request_id or not self._current(fetcher):
             return  # the driver dropped this request (timeout) or the partition moved on
         del self.in_flight[fetcher.leader_id]
+        session = self.sessions[fetcher.leader_id]
+        answers: dict[TopicPartition, FetchedPartition] = {}
+        if session.handle_response(ErrorCode(response.error_code), response.session_id):
+            followed = {tp[0] for tp in fetcher.partitions()}
+            for tp, answer in fetch_answers(response, followed, self._topic_id_of).items():
+                # The leader's log end and message stand in for the driver's OffsetForLeaderEpoch round
+                # trip after OFFSET_OUT_OF_RANGE (and the wire has no message).
+                result = results.get(tp)
+                answers[tp] = answer if result is None else replace(
+                    answer, log_end_offset=result.log_end_offset, message=result.message
+                )
+            session.relist(tp for tp, answer in answers.items() if answer.error != ErrorCode.NONE)
+        else:
+            code = ErrorCode(response.error_code).name
+            self.sim.note(f"b{self.broker.broker_id} fetch session with b{fetcher.leader_id} reset: {code}")
         manager = self.broker.manager
         actions = fetcher.handle_response(plan.request_id, answers, manager.local_view, self.sim.now_ms)
         for action in actions:
@@ -895,19 +1054,14 @@ class SimFetchers:
             if isinstance(action, TruncateTo | TruncateFullyAndStartAt):
                 self.sim.note(f"b{self.broker.broker_id} truncated to {position and position[0]} ({action})")
             if position is not None:
-                self.broker.truncated_to(position[0])
+                if tp == PARTITION:
+                    self.broker.truncated_to(position[0])
                 fetcher.update_position(tp, *position)
             if failed:
                 fetcher.back_off(tp, self.sim.now_ms)
-            self.sim.checker.fetch_applied(self.broker, action)
+            if tp == PARTITION:
+                self.sim.checker.fetch_applied(self.broker, action)
         self._schedule(fetcher, self.sim.now_ms)
-
-
-def _fetched(result: FetchResult) -> FetchedPartition:
-    return FetchedPartition(
-        result.code, result.high_watermark, result.log_start_offset, result.log_end_offset,
-        result.diverging_epoch, result.records, result.message,
-    )  # fmt: skip
 
 
 def _describe(response) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from broker.replica.partition import ConsumerFetchResult, Partition
+from proto.kafka.fetch_session import FetchSessionHandler
 from storage import log_loader
 from storage.log import Log
 from storage.segment import LogSegment
@@ -87,8 +88,26 @@ def consumer_fetch_above_hw_out_of_range() -> contextlib.AbstractContextManager[
     return _patched(Partition, "handle_consumer_fetch", handle_consumer_fetch)
 
 
+def hw_runs_ahead_of_caught_up_followers() -> contextlib.AbstractContextManager[None]:
+    """Issue 24 §1: the HW counts the maximal ISR only, never a caught-up follower about to join it."""
+    return _patched(Partition, "_should_wait_to_join", lambda self, remote, now_ms: False)
+
+
+def forget_by_current_topic_id() -> contextlib.AbstractContextManager[None]:
+    """Issue 24 §1: a follower forgets a partition under the topic id its metadata gives now (none for a
+    deleted topic), not the one it fetched it with."""
+    fixed = FetchSessionHandler.build
+
+    def build(self: FetchSessionHandler, wanted):
+        return replace(fixed(self, wanted), forgotten_topic_ids={})
+
+    return _patched(FetchSessionHandler, "build", build)
+
+
 DEFECTS = {
     "truncate_to_keeps_epoch_past_leo": truncate_to_keeps_epoch_past_leo,
     "recovery_stops_at_max_message_bytes": recovery_stops_at_max_message_bytes,
     "consumer_fetch_above_hw_out_of_range": consumer_fetch_above_hw_out_of_range,
+    "hw_runs_ahead_of_caught_up_followers": hw_runs_ahead_of_caught_up_followers,
+    "forget_by_current_topic_id": forget_by_current_topic_id,
 }

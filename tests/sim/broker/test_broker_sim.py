@@ -56,7 +56,8 @@ def test_schedules_exercise_the_interesting_paths() -> None:
     for needle in (
         "ack v", "power loss b", "crash b", "pause b", "cut ", "lost fetch", "PREFERRED election",
         "AlterPartition [", "session expired [", "alter config max.message.bytes", "producers quiet",
-        "truncated", "heal", "stopped cleanly", "unclean election of",
+        "truncated", "heal", "stopped cleanly", "unclean election of", "delete topic churn",
+        "followers rejoined the ISR",
     ):  # fmt: skip
         assert needle in text, f"no {needle!r} in 30 seeds"
 
@@ -77,12 +78,15 @@ def _first_violation(defect: str, max_seeds: int) -> str:
         ("truncate_to_keeps_epoch_past_leo", r"follower truncation makes no progress|never rejoined the ISR"),
         ("recovery_stops_at_max_message_bytes", r"lost committed v\d+@\d+ .* without a power loss"),
         ("consumer_fetch_above_hw_out_of_range", r"told OFFSET_OUT_OF_RANGE .* although its log spans"),
+        ("hw_runs_ahead_of_caught_up_followers", r"back in the ISR within \d+ ms of resuming"),
+        ("forget_by_current_topic_id", r"fetched from b\d \d+ times in \d+ idle ms"),
     ],
 )
 @pytest.mark.timeout(600)
 def test_the_simulation_finds_each_defect_of_issue_14(defect: str, expected: str) -> None:
     """Broken cores: with the old behaviour patched back (tests/sim/broker/defects.py), some seed
-    reports the violation that defect causes — so the simulation can see it."""
+    reports the violation that defect causes — so the simulation can see it. (The last two are issue
+    24 §1's liveness bugs: the bounce phase at the end of every seed finds them on its first seeds.)"""
     report = _first_violation(defect, max_seeds=400)
     assert report, f"no seed in 400 found {defect}"
     assert re.search(expected, report), report
