@@ -21,14 +21,19 @@ Events and their fields (topics by name; ``topic_id`` where a name could be reus
 - ``partition_changed`` topic, partition, leader, isr, previous_isr, leader_epoch, partition_epoch
   (an ISR change without a new leader);
 - ``config_changed`` resource_type, resource, config, value (``config_deleted`` without a value);
+- ``min_insync_replicas_above_replication_factor`` topic, min_insync_replicas, replication_factor,
+  effective: a topic created or altered with a min.insync.replicas larger than its replication factor.
+  Kafka accepts it and uses the replication factor instead (its ``effectiveMinIsr``): acks=all then
+  needs every replica in the ISR. Said at WARN, when it is set;
 - ``broker_registered`` broker, broker_epoch, incarnation_id, endpoints, rack;
 - ``broker_fenced``, ``broker_unfenced``, ``broker_controlled_shutdown``, ``broker_unregistered``
   broker, broker_epoch;
 - ``cluster_id_written`` cluster_id.
 
 ``is_warning`` marks what needs an operator's attention (logged at WARN, the rest at INFO): a fenced
-broker, an offline partition, an unclean election. A producer-id block allocation is not an event (it
-happens all the time and changes nothing an operator acts on).
+broker, an offline partition, an unclean election, a min.insync.replicas above the replication factor.
+A producer-id block allocation is not an event (it happens all the time and changes nothing an
+operator acts on).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from metadata.records import (
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
+    ConfigResourceType,
     PartitionChangeRecord,
     PartitionRecord,
     Record,
@@ -52,7 +58,10 @@ from metadata.records import (
 from proto.kafka_types import NO_LEADER
 
 Event = tuple[str, dict[str, object]]
-WARNING_EVENTS = frozenset({"broker_fenced", "partition_offline"})
+WARNING_EVENTS = frozenset(
+    {"broker_fenced", "partition_offline", "min_insync_replicas_above_replication_factor"}
+)
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
 
 def is_warning(event: Event) -> bool:
@@ -75,9 +84,42 @@ class _BatchEvents:
         self.added: dict[str, dict[str, object]] = {}  # topic id -> its partitions_created fields
 
     def run(self, records: Iterable[Record]) -> list[Event]:
+        min_insync: dict[str, str] = {}  # topic -> min.insync.replicas set in this entry
         for record in records:
             self._record(record)
+            if (
+                isinstance(record, ConfigRecord) and record.resource_type == ConfigResourceType.TOPIC
+                and record.name == MIN_INSYNC_REPLICAS and record.value is not None
+            ):  # fmt: skip
+                min_insync[record.resource_name] = record.value
+        self._min_insync_above_replication_factor(min_insync)
         return self.events
+
+    def _min_insync_above_replication_factor(self, min_insync: dict[str, str]) -> None:
+        """Topics created or altered in this entry whose min.insync.replicas (their own, or for a new
+        topic the cluster default) exceeds their replication factor."""
+        default = self.image.cluster_defaults().get(MIN_INSYNC_REPLICAS)
+        checked = dict(min_insync)
+        for fields in self.created.values():
+            if default is not None:
+                checked.setdefault(str(fields["topic"]), default)
+        for topic, value in sorted(checked.items()):
+            replication_factor = self._replication_factor(topic)
+            if not value.isdigit() or replication_factor is None or int(value) <= replication_factor:
+                continue
+            self.events.append(("min_insync_replicas_above_replication_factor", {
+                "topic": topic, "min_insync_replicas": int(value), "replication_factor": replication_factor,
+                "effective": replication_factor,
+            }))  # fmt: skip
+
+    def _replication_factor(self, topic: str) -> int | None:
+        for fields in self.created.values():
+            if fields["topic"] == topic and "replication_factor" in fields:
+                return int(str(fields["replication_factor"]))
+        existing = self.image.topic_by_name(topic)
+        if existing is None or not existing.partitions:
+            return None
+        return len(existing.partitions[0].replicas)
 
     def _record(self, r: Record) -> None:
         match r:

@@ -258,6 +258,9 @@ def _topics_create(admin: Any, args: argparse.Namespace) -> int:
         else:
             verb = "Validated" if args.validate_only else "Created"
             print(f"{verb} topic {result.name}.")
+    if not exists:
+        min_insync = spec["configs"].get(MIN_INSYNC_REPLICAS) or result.configs.get(MIN_INSYNC_REPLICAS)
+        _note_min_insync_replicas(result.name, min_insync, result.replication_factor)
     return 0
 
 
@@ -343,7 +346,28 @@ def _topics_alter_config(admin: Any, args: argparse.Namespace) -> int:
         _print_json({"resource": what, "changes": changes, "validate_only": args.validate_only})
     else:
         print(f"{'Validated' if args.validate_only else 'Altered'} configs of {what}.")
+    min_insync = {k: v for k, op, v in changes if op == "set"}.get(MIN_INSYNC_REPLICAS)
+    if min_insync is not None and not args.cluster:
+        (described,) = admin.describe_topics([args.topic])
+        replication_factor = len(described.partitions[0].replicas) if described.partitions else 0
+        _note_min_insync_replicas(args.topic, min_insync, replication_factor)
     return 0
+
+
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+
+
+def _note_min_insync_replicas(topic: str, value: str | None, replication_factor: int) -> None:
+    """Say on stderr when min.insync.replicas exceeds the replication factor: the brokers then use the
+    replication factor (Kafka's effectiveMinIsr), so acks=all needs every replica in the ISR."""
+    if value is None or not value.isdigit() or replication_factor <= 0 or int(value) <= replication_factor:
+        return
+    print(
+        f"Note: topic {topic} has min.insync.replicas={value}, more than its replication factor "
+        f"{replication_factor}: the brokers use {replication_factor} (as Kafka does), so acks=all needs "
+        f"all {replication_factor} replicas in the ISR.",
+        file=sys.stderr,
+    )
 
 
 def _topics_describe_config(admin: Any, args: argparse.Namespace) -> int:

@@ -125,6 +125,17 @@ def test_topics_commands_end_to_end(controller_cluster, capsys) -> None:
         assert "UNKNOWN_TOPIC_OR_PARTITION (3)" in deleted.stderr
         assert pykraft("topics", "list", *boot).stdout.strip() == ""
 
+        # min.insync.replicas above the replication factor: accepted, as Kafka does, and said.
+        thin = pykraft("topics", "create", *boot, "--topic", "thin", "--partitions", "1",
+                       "--replication-factor", "2", "--config", "min.insync.replicas=3")  # fmt: skip
+        note = "Note: topic thin has min.insync.replicas={}, more than its replication factor 2: the brokers"
+        assert thin.returncode == 0 and note.format(3) in thin.stderr, thin.stderr
+        raised = pykraft("topics", "alter-config", *boot, "--topic", "thin", "--set", "min.insync.replicas=4")
+        assert raised.returncode == 0 and note.format(4) in raised.stderr, raised.stderr
+        fits = pykraft("topics", "alter-config", *boot, "--topic", "thin", "--set", "min.insync.replicas=2")
+        assert fits.returncode == 0 and fits.stderr == "", fits.stderr
+        assert pykraft("topics", "delete", *boot, "--topic", "thin").returncode == 0
+
         # `pykraft cluster describe`, as the `cluster` command's module registers it.
         parser = argparse.ArgumentParser(prog="pykraft")
         cluster_actions = parser.add_subparsers().add_parser("cluster").add_subparsers(dest="action")

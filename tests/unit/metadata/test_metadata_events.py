@@ -181,3 +181,29 @@ def test_a_failed_proposal_is_forgotten(caplog: pytest.LogCaptureFixture) -> Non
     former.forget_expected()  # what ControllerService does when propose raises
     former.apply(4, bytes(data))  # the same bytes, proposed again by the new leader
     assert [r for r in caplog.records if r.name == "metadata.events"] == []
+
+
+def test_min_insync_replicas_above_the_replication_factor_is_said_at_warn_when_set(cluster: Harness) -> None:
+    """Issue 24 §1: Kafka accepts a min.insync.replicas larger than the replication factor and uses the
+    replication factor instead (effectiveMinIsr); the controller says so, at WARN, when a topic is
+    created or altered that way — not for a value that fits, nor for other configs."""
+    create = cluster.controller.handle_create_topics(
+        [NewTopic("thin", 1, 2, configs={"min.insync.replicas": "3"}), NewTopic("fits", 1, 2)]
+    )
+    events = [e for e in commit_events(cluster, create) if e[0].startswith("min_insync")]
+    assert events == [("min_insync_replicas_above_replication_factor", {
+        "topic": "thin", "min_insync_replicas": 3, "replication_factor": 2, "effective": 2,
+    })]  # fmt: skip
+    assert is_warning(events[0])
+
+    def alter(topic: str, value: str) -> list[Event]:
+        change = AlterableConfig("min.insync.replicas", AlterConfigOp.SET, value)
+        result = cluster.controller.handle_incremental_alter_configs(
+            [AlterConfigsResource(ConfigResourceType.TOPIC, topic, (change,))]
+        )
+        return [e for e in commit_events(cluster, result) if e[0].startswith("min_insync")]
+
+    assert alter("fits", "2") == []
+    assert alter("fits", "5") == [("min_insync_replicas_above_replication_factor", {
+        "topic": "fits", "min_insync_replicas": 5, "replication_factor": 2, "effective": 2,
+    })]  # fmt: skip
