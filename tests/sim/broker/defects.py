@@ -1,4 +1,5 @@
-"""The three data-path defects of issue 14 §1, as patches that put the old behaviour back.
+"""The three data-path defects of issue 14 §1 and the two liveness bugs of issue 24 §1, as patches
+that put the old behaviour back.
 
 Each is a context manager that replaces one production method for its duration (the way the Raft
 simulation's broken-core tests break a rule): the simulation must then report a violation, which
@@ -13,6 +14,11 @@ mistake, so it keeps working while the surrounding code evolves.
    later segment — lowering the limit and crashing loses committed data.
 3. ``consumer_fetch_above_hw_out_of_range``: a consumer fetch with ``HW < offset <= LEO`` is answered
    OFFSET_OUT_OF_RANGE.
+4. ``hw_runs_ahead_of_caught_up_followers``: the leader's HW counts the maximal ISR only, so under
+   steady appends a caught-up follower never rejoins an ISR of {leader}.
+5. ``forget_by_current_topic_id`` (the follower's side) and ``session_keeps_partitions_forgotten_by_id``
+   (the leader's): a deleted topic stays in the leader's fetch session, which then answers every fetch
+   at once, in a loop.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from broker.replica.partition import ConsumerFetchResult, Partition
-from proto.kafka.fetch_session import FetchSessionHandler
+from proto.kafka.fetch_session import FetchSession, FetchSessionHandler
 from storage import log_loader
 from storage.log import Log
 from storage.segment import LogSegment
@@ -104,10 +110,17 @@ def forget_by_current_topic_id() -> contextlib.AbstractContextManager[None]:
     return _patched(FetchSessionHandler, "build", build)
 
 
+def session_keeps_partitions_forgotten_by_id() -> contextlib.AbstractContextManager[None]:
+    """Issue 24 §1, the leader's side: a forget naming a topic id is ignored (the leader resolved it
+    through its own metadata, which no longer has a deleted topic)."""
+    return _patched(FetchSession, "partitions_of", lambda self, topic_id_partitions: [])
+
+
 DEFECTS = {
     "truncate_to_keeps_epoch_past_leo": truncate_to_keeps_epoch_past_leo,
     "recovery_stops_at_max_message_bytes": recovery_stops_at_max_message_bytes,
     "consumer_fetch_above_hw_out_of_range": consumer_fetch_above_hw_out_of_range,
     "hw_runs_ahead_of_caught_up_followers": hw_runs_ahead_of_caught_up_followers,
     "forget_by_current_topic_id": forget_by_current_topic_id,
+    "session_keeps_partitions_forgotten_by_id": session_keeps_partitions_forgotten_by_id,
 }

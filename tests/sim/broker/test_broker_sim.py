@@ -80,6 +80,7 @@ def _first_violation(defect: str, max_seeds: int) -> str:
         ("consumer_fetch_above_hw_out_of_range", r"told OFFSET_OUT_OF_RANGE .* although its log spans"),
         ("hw_runs_ahead_of_caught_up_followers", r"back in the ISR within \d+ ms of resuming"),
         ("forget_by_current_topic_id", r"fetched from b\d \d+ times in \d+ idle ms"),
+        ("session_keeps_partitions_forgotten_by_id", r"fetched from b\d \d+ times in \d+ idle ms"),
     ],
 )
 @pytest.mark.timeout(600)
