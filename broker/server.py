@@ -372,9 +372,6 @@ class BrokerNode:
                           task=getattr(action, "__name__", repr(action)))  # fmt: skip
 
 
-
-
-
 async def serve(config: BrokerConfig) -> None:
     node = BrokerNode(config)
     stop = asyncio.Event()

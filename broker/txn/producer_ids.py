@@ -65,7 +65,8 @@ class ProducerIdManager:
 def controller_block_allocator(
     call: Callable[..., Awaitable], broker_id: int, broker_epoch: Callable[[], int]
 ) -> AllocateBlock:
-    """``AllocateBlock`` over ``call(stub_class, method, request)`` (broker.server.ControllerClient.call)."""
+    """``AllocateBlock`` over ``call(stub_class, method, request)``
+    (``broker.controller_channel.ControllerClient.call``)."""
     from proto import controller_pb2, controller_pb2_grpc
 
     async def allocate() -> tuple[int, int, int]:

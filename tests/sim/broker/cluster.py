@@ -603,7 +603,8 @@ class SimController:
 
 
 class SimBroker:
-    """One broker process: the real ReplicaManager plus the driver duties of ``broker.server``."""
+    """One broker process: the real ReplicaManager plus the driver duties of ``broker.server``,
+    ``broker.lifecycle``, ``broker.metadata_listener`` and ``broker.controller_channel``."""
 
     def __init__(self, sim: Sim, broker_id: int) -> None:
         self.sim = sim
@@ -822,7 +823,8 @@ class SimBroker:
             self.fetch_metadata()
 
     def _publish(self, config_changed: bool) -> None:
-        """``broker.server``'s rule: roles only once the image holds this broker's registration."""
+        """``broker.metadata_listener.MetadataListener.publish``'s rule: roles only once the image holds
+        this broker's registration."""
         if self.broker_epoch < 0 or self.image.offset < self.broker_epoch:
             self.manager.image = self.image
             return
@@ -830,7 +832,8 @@ class SimBroker:
         self.roles_started = True
 
     def send_alter_partition(self, topic_id: str, proposal: AlterPartitionProposal) -> None:
-        """``broker.server._alter_partition``: retry on transport failures while still pending."""
+        """``broker.controller_channel.AlterPartitionSender``: retry on transport failures while still
+        pending."""
         tp = (proposal.topic, proposal.partition)
         if self.manager.pending_proposal(tp) != proposal:
             return
