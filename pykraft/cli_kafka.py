@@ -23,7 +23,6 @@ import logging
 import os
 import re
 import socket
-import struct
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -32,6 +31,8 @@ from typing import Any
 
 from proto import errors
 from proto.errors import ErrorCode
+from proto.kafka import messages as m
+from proto.kafka.connection import ClientConnection, ResponseReceived
 from proto.kafka_types import NO_OFFSET, TopicPartition
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP"
@@ -188,10 +189,8 @@ class ClientError(Exception):
 
 PROBE_TIMEOUT_S = 3.0
 PROBE_CORRELATION_ID = 0x706B7266  # "pkrf"
-# An ApiVersions v0 request: size, api key 18, version 0, correlation id, client id "pykraft-probe".
-_PROBE_CLIENT_ID = b"pykraft-probe"
-_PROBE_BODY = struct.pack(">hhih", 18, 0, PROBE_CORRELATION_ID, len(_PROBE_CLIENT_ID)) + _PROBE_CLIENT_ID
-PROBE_REQUEST = struct.pack(">i", len(_PROBE_BODY)) + _PROBE_BODY
+PROBE_CLIENT_ID = "pykraft-probe"
+PROBE_READ_BYTES = 4096
 HTTP2_FRAME_TYPES = frozenset({0x04, 0x07})  # SETTINGS (a server's preface), GOAWAY
 KAFKA_LISTENER = "a Kafka listener"
 WHERE_KAFKA_LISTENERS = "`pykraft cluster status` lists the brokers' Kafka listeners in its KAFKA column"
@@ -204,28 +203,37 @@ class BootstrapError(Exception):
 def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
     """What answers at ``HOST:PORT``: ``KAFKA_LISTENER``, or a short phrase saying what does instead.
 
-    One ApiVersions v0 request (the first request every Kafka client sends): a Kafka listener answers
-    with our correlation id; a gRPC server (a controller, or a broker's gRPC ``--listen``) answers with
-    an HTTP/2 SETTINGS or GOAWAY frame; nothing listening refuses the connection."""
+    One ApiVersions v0 request (the first request every Kafka client sends), framed and answered
+    through ``proto.kafka.connection``: a Kafka listener's answer decodes, in step with our correlation
+    id; anything else breaks the core's framing at once (a size out of bounds, or another correlation
+    id in the first 8 bytes), and the first bytes tell what answered: a gRPC server (a controller, or a
+    broker's gRPC ``--listen``) sends an HTTP/2 SETTINGS or GOAWAY frame; nothing listening refuses the
+    connection."""
     host, _, port_text = address.strip().rpartition(":")
     host = host.strip("[]") or "localhost"
     try:
         port = int(port_text)
     except ValueError:
         return f"not HOST:PORT (port {port_text!r} is not a number)"
+    core = ClientConnection(PROBE_CLIENT_ID, first_correlation_id=PROBE_CORRELATION_ID)
     deadline = time.monotonic() + timeout_s
-    head = b""
+    head = b""  # the first bytes that came back
+    answered = False
     connected = False
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             connected = True
-            sock.sendall(PROBE_REQUEST)
-            while len(head) < 9:
+            sock.sendall(core.send_request(m.ApiVersionsRequest(), 0))
+            while True:
                 sock.settimeout(max(0.05, deadline - time.monotonic()))
-                chunk = sock.recv(9 - len(head))
+                chunk = sock.recv(PROBE_READ_BYTES)
                 if not chunk:
                     break
-                head += chunk
+                head = (head + chunk)[:16]
+                events = core.receive_data(chunk)
+                if events:
+                    answered = isinstance(events[0], ResponseReceived)
+                    break
     except ConnectionRefusedError:
         return "nothing answers (connection refused)"
     except socket.gaierror as exc:
@@ -234,11 +242,11 @@ def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
         if not head and not connected:
             reason = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else exc.strerror
             return f"nothing answers ({reason or exc})"
-    if len(head) >= 8 and struct.unpack(">i", head[4:8])[0] == PROBE_CORRELATION_ID:
+    if answered:
         return KAFKA_LISTENER
     if len(head) >= 4 and head[3] in HTTP2_FRAME_TYPES:
         return "a gRPC server answers (a controller's address, or a broker's gRPC --listen)"
-    if head.startswith(b"HTTP/"):
+    if head.startswith(b"HTTP"):
         return "an HTTP server answers (a metrics endpoint?)"
     if not head:
         return f"a server accepts the connection but does not answer a Kafka request within {timeout_s:g} s"

@@ -4,8 +4,8 @@
 the workers); ``KafkaBrokerClient`` implements it with a small blocking socket client on the brokers'
 Kafka listeners (``bootstrap.servers`` = those listeners, as ``pykraft cluster up`` prints them in
 ``KAFKA_BOOTSTRAP``). Requests and responses are encoded by ``proto.kafka.api`` (the generated
-codec); nothing is written by hand. One connection per broker, one request in flight on it, a
-correlation id per request checked against the answer.
+codec) and framed by ``proto.kafka.connection``; nothing is written by hand. One connection per
+broker, one request in flight on it, a correlation id per request checked against the answer.
 
 Versions: Metadata v12, ListOffsets v7, Fetch v12 (flexible encodings; topic names, not ids). The
 first request on a connection is ApiVersions v3: a broker that lacks one of them is refused with
@@ -32,9 +32,7 @@ Thread-safety: one client per thread at a time (each Spark task makes its own).
 
 from __future__ import annotations
 
-import itertools
 import socket
-import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,8 +40,8 @@ from typing import Any, Protocol
 
 from proto import errors
 from proto.kafka import messages as m
-from proto.kafka.api import ApiKey, RequestHeader, encode_request, parse_response
-from proto.kafka.codec import KafkaDecodeError
+from proto.kafka.api import ApiKey
+from proto.kafka.connection import ClientConnection, KafkaProtocolError, ProtocolError
 from proto.kafka_types import CONSUMER_REPLICA_ID, NO_LEADER, NO_OFFSET, NO_PREFERRED_REPLICA, TopicPartition
 from spark.options import EARLIEST_OFFSET, LATEST_OFFSET
 
@@ -53,6 +51,7 @@ FETCH_MAX_BYTES = 16 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 200  # long poll when the leader's HW has not reached our range yet
 CLIENT_ID = "pykraft-spark"
 MAX_FRAME_BYTES = 256 * 1024 * 1024  # a bigger size prefix means a broken stream, not an answer
+READ_BYTES = 1024 * 1024  # at most this much per read of the socket
 
 METADATA_VERSION = 12
 LIST_OFFSETS_VERSION = 7
@@ -78,9 +77,6 @@ REFRESH_ERRORS = frozenset(
         errors.ErrorCode.REQUEST_TIMED_OUT,
     }
 )
-
-_S_SIZE = struct.Struct(">i")
-
 
 @dataclass(frozen=True)
 class FetchResult:
@@ -117,15 +113,14 @@ class BrokerConnectionError(Exception):
 
 
 class BrokerConnection:
-    """One blocking TCP connection to a broker's Kafka listener: a request, then its answer.
-
-    Responses are read into one buffer per frame; decoded ``records`` are views of it.
-    """
+    """One blocking TCP connection to a broker's Kafka listener: a request, then its answer. The
+    framing and the check of the answer's correlation id are ``proto.kafka.connection``'s; decoded
+    ``records`` are views of the answer's frame."""
 
     def __init__(self, address: str, timeout_s: float) -> None:
         host, _, port = address.rpartition(":")
         self.address = address
-        self._correlation_ids = itertools.count(1)
+        self._core = ClientConnection(CLIENT_ID, max_frame_bytes=MAX_FRAME_BYTES)
         try:
             self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         except OSError as exc:
@@ -151,16 +146,17 @@ class BrokerConnection:
                 )
 
     def send(self, api_key: int, version: int, request: Any, timeout_s: float) -> Any:
-        correlation_id = next(self._correlation_ids)
-        frame = encode_request(RequestHeader(api_key, version, correlation_id, CLIENT_ID), request)
         try:
             self._sock.settimeout(timeout_s)
-            self._sock.sendall(_S_SIZE.pack(len(frame)) + frame)
-            (size,) = _S_SIZE.unpack(self._read_exactly(_S_SIZE.size))
-            if not 0 < size <= MAX_FRAME_BYTES:
-                raise BrokerConnectionError(f"{self.address} sent a frame size of {size} bytes")
-            answer = self._read_exactly(size)
-            got, body = parse_response(api_key, version, answer)
+            self._sock.sendall(self._core.send_request(request, version))
+            while True:
+                data = self._sock.recv(READ_BYTES)
+                if not data:
+                    raise BrokerConnectionError(f"{self.address} closed the connection")
+                for event in self._core.receive_data(data):
+                    if isinstance(event, ProtocolError):
+                        raise BrokerConnectionError(f"{self.address}: {event.error}")
+                    return event.body  # one request in flight: the event is its answer
         except TimeoutError:
             self.close()
             message = f"{self.address}: no answer within {timeout_s:.1f} s"
@@ -168,26 +164,9 @@ class BrokerConnection:
         except BrokerConnectionError:
             self.close()
             raise
-        except (OSError, KafkaDecodeError) as exc:
+        except (OSError, KafkaProtocolError) as exc:
             self.close()
             raise BrokerConnectionError(f"{self.address}: {exc}") from None
-        if got != correlation_id:
-            self.close()
-            raise BrokerConnectionError(
-                f"{self.address} answered correlation id {got} to request {correlation_id}"
-            )
-        return body
-
-    def _read_exactly(self, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self._sock.recv_into(view[got:])
-            if k == 0:
-                raise BrokerConnectionError(f"{self.address} closed the connection")
-            got += k
-        return buf
 
     def close(self) -> None:
         self._sock.close()

@@ -1,13 +1,13 @@
 """Blocking Kafka requests for tests and test tools: the one small client they share.
 
 ``kafka_call(address, request, version)`` sends one request (header and body by the generated codec,
-``proto.kafka.api``; Kafka's int32 size prefix) on a fresh connection to a broker's Kafka listener and
-returns the decoded response body. ``KafkaSocket`` keeps one connection for several requests, answered
-in request order as Kafka guarantees per connection: ``send`` writes a request without waiting (one
-that gets no answer, Produce with acks=0, or one of a pipeline) and ``receive`` reads the next
-answer. Every socket operation is bounded by ``timeout_s``; a connection the broker closes raises
-``ConnectionError``. Where a Kafka *client* is the point of a test, use confluent-kafka instead: this
-is for tests of the broker itself (exact error codes, leader epochs, raw batches).
+``proto.kafka.api``; framed by ``proto.kafka.connection``) on a fresh connection to a broker's Kafka
+listener and returns the decoded response body. ``KafkaSocket`` keeps one connection for several
+requests, answered in request order as Kafka guarantees per connection: ``send`` writes a request
+without waiting (one that gets no answer, Produce with acks=0, or one of a pipeline) and ``receive``
+reads the next answer. Every socket operation is bounded by ``timeout_s``; a connection the broker
+closes raises ``ConnectionError``. Where a Kafka *client* is the point of a test, use confluent-kafka
+instead: this is for tests of the broker itself (exact error codes, leader epochs, raw batches).
 
 On top, one partition's data-plane requests as a broker's tests need them: ``produce`` (raw batches,
 as they are), ``fetch`` (a consumer's), ``read_all``, ``list_offset`` and ``metadata``; and the
@@ -17,21 +17,21 @@ consumer protocol's bytes that JoinGroup and SyncGroup carry (``consumer_subscri
 
 from __future__ import annotations
 
-import itertools
 import socket
 import struct
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
-from proto.kafka.api import RequestHeader, encode_request, parse_response
+from proto.kafka.connection import ClientConnection, ProtocolError, ResponseReceived
 from proto.kafka_types import NO_EPOCH, NO_OFFSET
 from storage.record_batch import decode_records
 
 TIMEOUT_S = 10.0
 CLIENT_ID = "pykraft-tests"
-_SIZE = struct.Struct(">i")
+READ_BYTES = 1024 * 1024
 # Request versions: Produce v10 and Fetch v12 carry the current leader (KIP-951) and Fetch v12 the
 # diverging epoch (KIP-320), with topics by name (Fetch v13+ names them by id).
 PRODUCE_VERSION = 10
@@ -45,7 +45,9 @@ EARLIEST = -2  # the log start offset
 
 class KafkaSocket:
     """One blocking connection to ``address`` (``host:port``); a context manager. Not thread-safe.
-    ``nodelay`` sets TCP_NODELAY, for timing single round trips (benchmarks)."""
+    ``nodelay`` sets TCP_NODELAY, for timing single round trips (benchmarks). Framing and the order of
+    answers are ``proto.kafka.connection.ClientConnection``'s: an answer out of step, or one that does
+    not decode, raises its ``KafkaProtocolError``."""
 
     def __init__(
         self, address: str, timeout_s: float = TIMEOUT_S, client_id: str = CLIENT_ID, nodelay: bool = False
@@ -56,7 +58,8 @@ class KafkaSocket:
         self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         if nodelay:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._correlation_ids = itertools.count(1)
+        self._core = ClientConnection(client_id)
+        self._answers: deque[ResponseReceived] = deque()
 
     def __enter__(self) -> KafkaSocket:
         return self
@@ -69,11 +72,8 @@ class KafkaSocket:
 
     def send(self, request: Any, version: int) -> int:
         """Write ``request`` at ``version`` without reading an answer; its correlation id."""
-        correlation_id = next(self._correlation_ids)
-        header = RequestHeader(request.API_KEY, version, correlation_id, self.client_id)
-        frame = encode_request(header, request)
-        self._sock.sendall(_SIZE.pack(len(frame)) + frame)
-        return correlation_id
+        self._sock.sendall(self._core.send_request(request, version))
+        return self._core.last_correlation_id
 
     def call(self, request: Any, version: int, timeout_s: float = TIMEOUT_S) -> Any:
         """Send ``request`` and return its decoded answer (waiting at most ``timeout_s`` per read)."""
@@ -82,19 +82,19 @@ class KafkaSocket:
     def receive(self, request: Any, version: int, correlation_id: int, timeout_s: float = TIMEOUT_S) -> Any:
         """The next answer on the connection, which must be the one to ``request`` (sent earlier)."""
         self._sock.settimeout(timeout_s)
-        (size,) = _SIZE.unpack(self.recv_exactly(_SIZE.size))
-        got, body = parse_response(request.API_KEY, version, self.recv_exactly(size))
-        assert got == correlation_id, f"{self.address}: answer {got} where {correlation_id} was next"
-        return body
-
-    def recv_exactly(self, size: int) -> bytes:
-        out = bytearray()
-        while len(out) < size:
-            chunk = self._sock.recv(size - len(out))
-            if not chunk:
-                raise ConnectionError(f"{self.address} closed the connection at {len(out)}/{size} bytes")
-            out += chunk
-        return bytes(out)
+        while not self._answers:
+            data = self._sock.recv(READ_BYTES)
+            if not data:
+                raise ConnectionError(f"{self.address} closed the connection")
+            for event in self._core.receive_data(data):
+                if isinstance(event, ProtocolError):
+                    raise event.error
+                self._answers.append(event)
+        answer = self._answers.popleft()
+        assert (answer.correlation_id, answer.api_key, answer.api_version) == (
+            correlation_id, request.API_KEY, version,
+        ), f"{self.address}: answer {answer.correlation_id} where {correlation_id} was next"  # fmt: skip
+        return answer.body
 
 
 def kafka_call(

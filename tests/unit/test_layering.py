@@ -35,6 +35,7 @@ CORE_MODULES = [
     "broker/replica/partition.py",
     "broker/follower/fetcher.py",
     "proto/kafka/fetch_session.py",
+    "proto/kafka/connection.py",
     "broker/replica/purgatory.py",
     "broker/replica/delayed_produce.py",
     "broker/replica/delayed_fetch.py",
