@@ -1,6 +1,6 @@
 """The fixed 61-byte header of a Kafka v2 RecordBatch: parse, validate, patch — without decoding records.
 
-This is all the broker touches on the hot path (DESIGN.md: "the broker never re-encodes a batch").
+This is all the broker touches on the hot path (docs/architecture.md: "never re-encoded").
 The full record codec lives in ``storage.record_batch``.
 
 Bytes on the wire and on disk, big-endian::

@@ -4,7 +4,7 @@
 tp, ...)`` moves a partition to the task that fetches from ``leader_id`` (creating it), and
 ``remove_partition(tp)`` takes it off (a task left with no partitions stops).
 
-Each ``FetcherDriver`` loops (DESIGN.md "Performance shape": ONE connection and ONE outstanding request
+Each ``FetcherDriver`` loops (docs/architecture.md, "Data paths": ONE connection and ONE outstanding request
 per leader for all the partitions followed there, parked on the leader up to
 ``replica.fetch.max.wait.ms``):
 

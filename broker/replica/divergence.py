@@ -16,7 +16,7 @@ ended it before ``fetch_offset``, the logs diverge: the leader answers a *diverg
 records (``diverging_epoch``). The follower then truncates (``follower_truncation``) to where both
 logs agree on that epoch, and fetches again; if it did not know the epoch the leader named, the
 truncation is only a step and the next fetch finds the rest. A follower never truncates to its high
-watermark: that is the data-loss bug KIP-101 closed (DESIGN.md, both scenarios).
+watermark: that is the data-loss bug KIP-101 closed (docs/architecture.md, both scenarios).
 
 Everything here is pure: tuples of frozen entries in, frozen results out, with the entry and answer
 types of ``storage.epoch_cache`` (the on-disk cache, whose ``entries`` the replica manager passes in).

@@ -1,6 +1,6 @@
 """The replication state of one partition on one broker: leader or follower, ISR, remote LEOs, HW.
 
-Theory of operation (DESIGN.md "Core rules"; Kafka's ``Partition`` and ``Replica``):
+Theory of operation (docs/architecture.md, "Core rules"; Kafka's ``Partition`` and ``Replica``):
 
 This is arithmetic over offsets; it never touches the log. The driver (the replica manager) appends
 and truncates the log and reports the new log end offset here; it asks this object what the high

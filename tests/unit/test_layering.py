@@ -204,7 +204,7 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-# What gRPC carries (DESIGN.md): the Raft quorum (RaftService; RaftClientService, the raft package's own
+# What gRPC carries: the Raft quorum (RaftService; RaftClientService, the raft package's own
 # client API), the controller API brokers call, and the admin API.
 GRPC_SERVICES = {"RaftService", "RaftClientService", "ControllerService", "AdminService"}
 # The gRPC servicers a broker may register: the admin API it forwards to the controllers.

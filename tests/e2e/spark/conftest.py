@@ -1,6 +1,6 @@
 """Fixtures for the Spark source's end-to-end tests: ONE SparkSession for the whole run, and brokers.
 
-A SparkSession takes ~7 s to start and the first Python-source query ~5 s more (NOTES.md), so every
+A SparkSession takes ~7 s to start and the first Python-source query ~5 s more (measured here), so every
 Spark test shares the session-scoped ``spark`` fixture, local[2] on 127.0.0.1 with the venv's
 Python on the workers. The session starts before any broker of the test process, so that the
 fork that launches Spark's JVM copies no listener threads.

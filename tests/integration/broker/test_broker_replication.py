@@ -1,6 +1,6 @@
 """Replication across real broker processes (3 controllers + 3 brokers, one cluster for the module).
 
-DESIGN.md "Core rules": the leader's HW is min(LEO over the ISR); a follower that does not catch up
+architecture.md "Core rules": the leader's HW is min(LEO over the ISR); a follower that does not catch up
 within replica.lag.time.max.ms leaves the ISR (AlterPartition) and rejoins once its LEO reaches the
 HW; acks=all needs |ISR| >= min.insync.replicas and is answered when the HW passes the batch; a
 replica that becomes follower truncates by leader epoch, never to its HW. The scenarios are module

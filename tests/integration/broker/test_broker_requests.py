@@ -4,7 +4,7 @@ every bad Produce gets its error code and appends nothing; leader-epoch fencing 
 ListOffsets; fetch ranges, long polls, ListOffsets; gRPC admin calls through a broker; a controlled
 shutdown moves leadership away and a restart rejoins the ISR.
 
-DESIGN.md "Core rules" and issue 5 §2: validation happens before anything is appended.
+docs/architecture.md "Core rules" and issue 5 §2: validation happens before anything is appended.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""KIP-101 scenario 1 (DESIGN.md "Leader epochs") with real broker processes: a follower that restarts
+"""KIP-101 scenario 1 (architecture.md "Leader epochs") with real broker processes: a follower that restarts
 with HW < LEO keeps its records — it truncates by leader epoch, never to its HW — so a committed
 record survives when that follower then leads.
 

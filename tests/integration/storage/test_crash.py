@@ -1,6 +1,6 @@
 """Crash test: SIGKILL a process that appends and flushes, reopen, and hold the log to its promises.
 
-DESIGN.md, Durability: on restart the tail is scanned, a torn or corrupt tail is truncated at the last
+architecture.md, Durability: on restart the tail is scanned, a torn or corrupt tail is truncated at the last
 valid batch, indexes are rebuilt if needed. After every kill (seeded moments, several rounds on the
 same directory, a new leader epoch each round) the reopened log must be:
 

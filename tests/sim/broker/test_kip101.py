@@ -1,4 +1,4 @@
-"""Both KIP-101 scenarios of DESIGN.md, scripted on the production code: the real ReplicaManager, Log
+"""Both KIP-101 scenarios (architecture.md), scripted on the production code: the real ReplicaManager, Log
 files, fetcher and QuorumController of the broker simulation (tests/sim/broker/cluster.py), with its
 checker after every event (no committed record lost or changed, acknowledged writes kept, HW
 monotonic within an epoch) and convergence at the end. Brokers 1, 2, 3 = A, B, C; C is down for the

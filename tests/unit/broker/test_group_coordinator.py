@@ -684,7 +684,7 @@ def test_committed_offsets_for_lag() -> None:
 
 
 def test_cores_are_sans_io() -> None:
-    """STYLE.md: the group cores import no asyncio/grpc/time/os/threading and no protobuf."""
+    """Sans-I/O: the group cores import no asyncio/grpc/time/os/threading and no protobuf."""
     import ast
     from pathlib import Path
 

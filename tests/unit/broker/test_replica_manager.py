@@ -2,7 +2,7 @@
 Partition/ReplicaFetcher/purgatory cores, and a metadata image changed record by record. Followers
 replicate when the test says so (``Harness.replicate``), so every interleaving is explicit.
 
-Rules under test (DESIGN.md "Core rules", issue 5 §2-3): acks=all is answered when the HW passes the
+Rules under test (architecture.md "Core rules", issue 5 §2-3): acks=all is answered when the HW passes the
 batch, REQUEST_TIMED_OUT at the deadline, NOT_LEADER_OR_FOLLOWER when leadership is lost;
 NOT_ENOUGH_REPLICAS appends nothing; a consumer long poll is woken when the HW moves; a new follower
 truncates by leader epoch, never to its HW — both KIP-101 scenarios lose nothing.

@@ -103,7 +103,7 @@ CASES = [
 def test_election_rules(
     replicas, isr, leader, usable, target, election, unclean, want_leader, want_isr
 ) -> None:
-    """DESIGN.md Elections: first live ISR member in assignment order; empty live ISR -> offline unless
+    """architecture.md Elections: first live ISR member in assignment order; empty live ISR -> offline unless
     unclean election is enabled (then any live replica, ISR = just it); the ISR never empties."""
     p = PartitionRegistration(replicas, isr, leader, leader_epoch=5, partition_epoch=9)
     record = partition_change_builder(

@@ -34,7 +34,7 @@ def test_parse_kafka_python_batch() -> None:
 
 
 def test_patch_keeps_crc_valid() -> None:
-    """DESIGN.md: baseOffset and partitionLeaderEpoch lie outside the CRC, so patching needs no re-encode."""
+    """baseOffset and partitionLeaderEpoch lie outside the CRC, so patching needs no re-encode."""
     buf = bytearray(kafka_python_batch(5))
     bh.patch_offset_and_epoch(buf, 0, base_offset=1234, partition_leader_epoch=7)
     header = bh.validate_batch(buf)

@@ -196,7 +196,7 @@ def test_corrupt_checkpoint_is_a_storage_error(open_log, name: str, content: byt
 
 
 def test_hw_checkpoint_past_leo_is_capped(open_log) -> None:
-    """DESIGN.md: HW comes from its checkpoint, capped at the recovered LEO."""
+    """architecture.md: HW comes from its checkpoint, capped at the recovered LEO."""
     directory = written(open_log)
     segment_path(directory, 24).write_bytes(segment_path(directory, 24).read_bytes()[:-1])
     (directory / CLEAN_SHUTDOWN_FILE).unlink()

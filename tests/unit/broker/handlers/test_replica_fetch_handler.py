@@ -139,7 +139,7 @@ def leader(tmp_path: Path) -> Leader:
 def test_follower_fetch_moves_the_hw_and_completes_the_acks_all_produce_in_the_same_call(
     leader: Leader,
 ) -> None:
-    """DESIGN.md "Offsets": the leader records the follower's LEO from its fetch offset; the HW is the
+    """architecture.md "Offsets": the leader records the follower's LEO from its fetch offset; the HW is the
     ISR's minimum LEO and every answer carries it; the parked acks=all produce is answered then."""
     leader.produce(0, [b"a", b"b"])
     first = by_partition(leader.fetch(replica_fetch({0: (0, -1)})))[0]
