@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proto.runtime.metrics import METRICS_HOST, METRICS_HOST_SETTING, METRICS_OFF
 from proto.runtime.settings import (
     ADVERTISED_LISTENERS,
     IDENTITY_FLAGS,
@@ -125,10 +126,6 @@ GRPC_LISTENER = "GRPC"
 DEFAULT_KAFKA_LISTENER = "PLAINTEXT"
 DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
-# proto.runtime.metrics' names (not imported: prometheus-client is slow to import)
-METRICS_OFF = -1
-METRICS_HOST = "127.0.0.1"
-METRICS_HOST_SETTING = "--metrics-host"
 
 
 class BrokerConfigError(ValueError):

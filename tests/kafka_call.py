@@ -26,7 +26,7 @@ from typing import Any
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.connection import ClientConnection, ProtocolError, ResponseReceived
-from proto.kafka_types import NO_EPOCH, NO_OFFSET
+from proto.kafka_types import CONSUMER_REPLICA_ID, NO_EPOCH, NO_OFFSET
 from storage.record_batch import decode_records
 
 TIMEOUT_S = 10.0
@@ -38,7 +38,6 @@ PRODUCE_VERSION = 10
 FETCH_VERSION = 12
 LIST_OFFSETS_VERSION = 7
 METADATA_VERSION = 12
-CONSUMER = -1  # the replica_id of a consumer (not a follower broker)
 LATEST = -1  # ListOffsets timestamps: the high watermark
 EARLIEST = -2  # the log start offset
 
@@ -160,7 +159,7 @@ def fetch(
         last_fetched_epoch=last_fetched_epoch, partition_max_bytes=max_bytes,
     )  # fmt: skip
     request = m.FetchRequest(
-        replica_id=CONSUMER, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+        replica_id=CONSUMER_REPLICA_ID, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
         topics=[m.FetchRequestFetchTopic(topic=topic, partitions=[part])],
     )  # fmt: skip
     response = kafka_call(address, request, FETCH_VERSION, max_wait_ms / 1000 + TIMEOUT_S)
@@ -191,7 +190,7 @@ def list_offset(
     """ListOffsets v7: ``timestamp`` is a time in ms, or LATEST / EARLIEST."""
     part = m.ListOffsetsRequestListOffsetsPartition(partition, current_leader_epoch, timestamp)
     request = m.ListOffsetsRequest(
-        replica_id=CONSUMER, topics=[m.ListOffsetsRequestListOffsetsTopic(topic, [part])]
+        replica_id=CONSUMER_REPLICA_ID, topics=[m.ListOffsetsRequestListOffsetsTopic(topic, [part])]
     )
     return kafka_call(address, request, LIST_OFFSETS_VERSION).topics[0].partitions[0]
 

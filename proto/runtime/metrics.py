@@ -19,11 +19,13 @@ time (``Collector.collect``), so the hot paths only bump counters and histograms
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
-
 from proto.runtime.listeners import listener_error
+
+if TYPE_CHECKING:  # prometheus-client is slow to import: settings parsing takes the names below without it
+    from prometheus_client import CollectorRegistry
 
 METRICS_HOST = "127.0.0.1"
 PICK_FREE_PORT = 0
@@ -61,6 +63,8 @@ def serve_metrics(
     if port < METRICS_OFF or port > 65535:
         raise ValueError(f"metrics port {port}: must be 1..65535, {PICK_FREE_PORT} (pick a free port) "
                          f"or {METRICS_OFF} (off)")
+    from prometheus_client import start_http_server
+
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:  # one line naming the setting (proto.runtime.listeners), not a traceback

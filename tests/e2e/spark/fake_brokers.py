@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from proto.errors import ErrorCode
 from proto.kafka import messages as m
 from proto.kafka.api import SUPPORTED_VERSIONS, ApiKey, encode_response_frame, parse_request
-from proto.kafka_types import NO_OFFSET, TopicPartition
+from proto.kafka_types import NO_OFFSET, NO_PREFERRED_REPLICA, TopicPartition
 from storage.batch_header import parse_header, patch_offset_and_epoch
 from storage.record_batch import build_batch, iter_records
 
-NO_REPLICA = -1
 _S_SIZE = struct.Struct(">i")
 
 
@@ -48,7 +47,7 @@ class FakeLog:
     high_watermark: int = 0
     leader: int = 0
     leader_epoch: int = 0
-    preferred_replica: int = NO_REPLICA  # KIP-392: the replica the leader sends consumers to
+    preferred_replica: int = NO_PREFERRED_REPLICA  # KIP-392: the replica the leader sends consumers to
     follower_high_watermark: int = 0  # what that replica serves up to (its HW trails the leader's)
 
 
@@ -214,7 +213,7 @@ class FakeCluster:
                 answer.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 answer.current_leader = m.FetchResponseLeaderIdAndEpoch(log.leader, log.leader_epoch)
                 return answer
-            if log.leader == node_id and log.preferred_replica != NO_REPLICA:
+            if log.leader == node_id and log.preferred_replica != NO_PREFERRED_REPLICA:
                 answer.preferred_read_replica = log.preferred_replica  # and no records (Kafka's rule)
                 return answer
             high_watermark = log.follower_high_watermark if serves_as_follower else log.high_watermark
