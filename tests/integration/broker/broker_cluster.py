@@ -92,6 +92,7 @@ def running_cluster(
         cluster.wait_until(
             lambda: all(cluster.healthy(n) for n in cluster.nodes), START_TIMEOUT_S, "every node healthy"
         )
+        bc.wait_every_broker_listed()
         yield bc
     finally:
         bc.close()
@@ -137,6 +138,23 @@ class BrokerCluster:
             layout = {p.partition: list(p.replicas) for p in existing.partitions}
             assert layout == assignments, f"topic {name} existed already, as {layout}"
         wait_for(lambda: self.all_brokers_lead_or_follow(name, partitions), 30, f"{name} on every replica")
+
+    def wait_every_broker_listed(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Until every broker's own Metadata (and so DescribeCluster) lists every broker.
+
+        A broker is healthy once the controller unfenced it, but each broker answers Metadata and
+        DescribeCluster from its own image, which learns of the last unfencing a moment later (from a
+        standby controller, with the leader's next append): tests that read those right after start saw
+        a broker missing (test_admin, shuffle seed 146505). The cluster is ready for them after this."""
+        expected = {n.node_id for n in self.cluster.broker_nodes}
+
+        def listed_everywhere() -> bool:
+            return all(
+                {b.node_id for b in self.metadata_response(broker_id, []).brokers} == expected
+                for broker_id in expected
+            )
+
+        wait_for(listed_everywhere, timeout_s, "every broker's Metadata to list every broker")
 
     def describe(self, topic: str, partition: int = 0) -> PartitionInfo:
         return self.admin.describe_topics([topic])[0].partitions[partition]
