@@ -66,7 +66,7 @@ case "$role" in
     case "$host" in "" | 0.0.0.0 | "[::]") host=127.0.0.1 ;; esac
     if [ -n "$listen" ]; then set -- "$host:${listen##*:}"; else set -- 127.0.0.1:9093 127.0.0.1:9092; fi
     exec python -c 'import sys
-from proto.serving import check_health
+from proto.runtime.serving import check_health
 sys.exit(0 if any(check_health(t, timeout_s=2.0) for t in sys.argv[1:]) else 1)' "$@"
     ;;
   *)

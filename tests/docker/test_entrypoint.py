@@ -166,3 +166,20 @@ def test_missing_variable_exits_2_naming_it(
     assert result.returncode == 2
     assert result.stdout == ""
     assert f"set {missing}" in result.stderr
+
+
+def test_healthcheck_probes_a_node_with_the_real_code() -> None:
+    """The image's HEALTHCHECK runs the entrypoint's inline Python against the installed package: here
+    with this checkout's python and code, against an address where nothing listens, it must exit 1
+    (unhealthy), not fail to import (a module that moved left every container unhealthy once)."""
+    import sys
+
+    bin_dir = Path(sys.executable).parent  # this virtualenv's python first on PATH, as in the image
+    root = ENTRYPOINT.parents[1]
+    done = subprocess.run(
+        ["sh", str(ENTRYPOINT), "healthcheck"],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(root), "PYKRAFT_LISTEN": "127.0.0.1:1"},
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Error" not in done.stderr, done.stderr
