@@ -3,25 +3,28 @@
 Theory of operation
 -------------------
 A Kafka request or response on the wire is a *frame*: an int32 size (big-endian, signed) followed by
-that many bytes. The listener only cuts the byte stream into frames, hands each frame to a
-``RequestProcessor`` (``broker.kafka.handlers.processor``: parse, dispatch to the API's handler, encode)
-and writes the answers back — complete frames, size prefix included, so a large Fetch answer is not
-copied once more to prepend it. It never looks inside a frame beyond its size.
+that many bytes. Each connection drives the sans-I/O core ``proto.kafka.connection.ServerConnection``,
+which cuts the byte stream into request frames and keeps the order of the answers; the listener hands
+each frame to a ``RequestProcessor`` (``broker.kafka.handlers.processor``: parse, dispatch to the API's
+handler, encode) and writes the answers back — complete frames, size prefix included, so a large Fetch
+answer is not copied once more to prepend it. It never looks inside a frame.
 
 Ordering. Clients pipeline (librdkafka keeps up to 5 Produce requests in flight on one connection)
 and match answers to requests by order, not only by correlation id (kafka-python raises
-CorrelationIdError, aiokafka drops the connection otherwise). Each connection therefore keeps a FIFO
-of *slots*, one per request that expects an answer, in arrival order. The processor is called
+CorrelationIdError, aiokafka drops the connection otherwise). Each connection's core therefore keeps
+a FIFO of *slots*, one per request that expects an answer, in arrival order. The processor is called
 synchronously, in arrival order, as each frame completes: a handler does its synchronous part then
 (a Produce appends to the log right there, so pipelined batches reach the log in the order sent)
 and returns either the encoded answer or an awaitable of it (an acks=all Produce waiting for the HW,
 a long-polling Fetch). Later requests on the same connection are processed meanwhile; the writer
-only ever sends the head of the FIFO, so answers leave strictly in request order. A waiting request
+only ever sends what the core releases (the head of the FIFO, once complete), so answers leave
+strictly in request order. A waiting request
 parks a future, not the event loop: other connections go on.
 
 Limits (Kafka's broker settings, ``ListenerSettings``):
-- ``socket.request.max.bytes``: a frame that announces more (or a negative size) closes the
-  connection with a log line, before any of its body is buffered beyond what already arrived;
+- ``socket.request.max.bytes``: a frame that announces more (or a negative size, or fewer bytes
+  than a request header's 8) closes the connection with a log line, before any of its body is
+  buffered beyond what already arrived (the core's ``FrameSizeError``);
 - ``max.connections``: a connection beyond it is closed as soon as it is accepted, with a log line
   (Kafka blocks the acceptor instead; closing keeps the event loop free and tells the client);
 - ``connections.max.idle.ms``: a connection with nothing received or sent for that long, and no
@@ -62,19 +65,18 @@ import logging
 import os
 import socket
 import time
-from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from proto.kafka.codec import FrameParts
+from proto.kafka.connection import REQUEST_HEADER_MIN_BYTES, RequestReceived, ServerConnection
 from proto.runtime.logfmt import log_event
 
 log = logging.getLogger(__name__)
 
-SIZE_BYTES = 4
 # api_key int16 + api_version int16 + correlation_id int32: a frame shorter than this has no header.
-MIN_REQUEST_BYTES = 8
+MIN_REQUEST_BYTES = REQUEST_HEADER_MIN_BYTES
 MAX_IN_FLIGHT = 64
 IDLE_CHECK_MIN_S = 0.05
 IDLE_CHECK_MAX_S = 5.0
@@ -141,8 +143,10 @@ class KafkaConnection(asyncio.Protocol):
         self.listener = listener
         self.transport: asyncio.Transport | None = None
         self.client = "?"
-        self._buffer = bytearray()
-        self._slots: deque[asyncio.Future[Answer] | Answer] = deque()
+        self._core: ServerConnection[Answer] = ServerConnection(
+            listener.settings.socket_request_max_bytes, MIN_REQUEST_BYTES
+        )
+        self._waiting: dict[asyncio.Future[Answer], int] = {}  # an answer not ready yet -> its slot
         self._sending: _RegionSender | None = None  # a frame part way out; the FIFO waits behind it
         self._socket_fd: int | None = None  # set when regions may go out with os.sendfile
         self._closed = False
@@ -166,40 +170,25 @@ class KafkaConnection(asyncio.Protocol):
         if self._sending is not None:
             self._sending.stop()
             self._sending = None
-        for slot in self._slots:
-            if isinstance(slot, asyncio.Future):
-                slot.remove_done_callback(self._on_answer)
-            elif isinstance(slot, FrameParts):
-                slot.close()
-        self._slots.clear()
-        self._buffer.clear()
+        for future in self._waiting:
+            future.remove_done_callback(self._on_answer)
+        self._waiting.clear()
+        for answer in self._core.close():
+            if isinstance(answer, FrameParts):
+                answer.close()
         self.listener.forget(self)
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
         self.last_active_s = time.monotonic()
-        buffer = self._buffer
-        buffer += data
-        limit = self.listener.settings.socket_request_max_bytes
-        start = 0
-        while len(buffer) - start >= SIZE_BYTES and not self._closed:
-            size = int.from_bytes(buffer[start : start + SIZE_BYTES], "big", signed=True)
-            if size < MIN_REQUEST_BYTES or size > limit:
-                self.close(
-                    "frame_rejected",
-                    reason=f"frame announces {size} bytes; allowed {MIN_REQUEST_BYTES}..{limit} "
-                    "(socket.request.max.bytes)",
-                )
+        for event in self._core.receive_data(data):
+            if self._closed:  # a request before this one closed the connection
                 return
-            end = start + SIZE_BYTES + size
-            if len(buffer) < end:
-                break
-            frame = bytes(buffer[start + SIZE_BYTES : end])
-            start = end
-            self._handle(frame)
-        if start and not self._closed:
-            del buffer[:start]
+            if isinstance(event, RequestReceived):
+                self._handle(event.frame)
+            else:  # the core's FrameSizeError: the last event
+                self.close("frame_rejected", reason=f"{event.error} (socket.request.max.bytes)")
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -223,15 +212,16 @@ class KafkaConnection(asyncio.Protocol):
             self.close("connection_closed_by_broker", reason=outcome.reason)
             return
         if isinstance(outcome, (bytes, bytearray, FrameParts)):
-            self._slots.append(outcome)
+            self._core.add_answer(outcome)
         else:
             future = asyncio.ensure_future(outcome)
+            self._waiting[future] = self._core.open_slot()
             future.add_done_callback(self._on_answer)
-            self._slots.append(future)
         self._write_ready()
         self._update_reading()
 
     def _on_answer(self, future: asyncio.Future[Answer]) -> None:
+        slot = self._waiting.pop(future)
         if self._closed:
             answer = None if future.cancelled() or future.exception() else future.result()
             if isinstance(answer, FrameParts):
@@ -241,22 +231,20 @@ class KafkaConnection(asyncio.Protocol):
             exc = None if future.cancelled() else future.exception()  # the processor logged it at ERROR
             self.close("request_failed", reason=repr(exc) if exc else "cancelled")
             return
+        self._core.complete(slot, future.result())
         self._write_ready()
         self._update_reading()
 
     def _write_ready(self) -> None:
-        """Send every answer at the head of the FIFO that is ready; stop at the first that is not (or
+        """Send every answer the core releases (in request order); stop at the first not ready (or
         behind a frame whose file regions are still going out)."""
-        slots = self._slots
+        next_answer = self._core.next_answer
         transport = self.transport
         assert transport is not None
-        while slots and self._sending is None and not self._closed:
-            head = slots[0]
-            if isinstance(head, asyncio.Future):
-                if not head.done():
-                    return
-                head = head.result()
-            slots.popleft()
+        while self._sending is None and not self._closed:
+            head = next_answer()
+            if head is None:
+                return
             self.last_active_s = time.monotonic()
             if isinstance(head, FrameParts):
                 self._send_parts(head)
@@ -290,7 +278,7 @@ class KafkaConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self._closed or self.transport is None:
             return
-        want_pause = self._writing_paused or len(self._slots) >= MAX_IN_FLIGHT
+        want_pause = self._writing_paused or self._core.in_flight >= MAX_IN_FLIGHT
         if want_pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
@@ -302,7 +290,7 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        return not self._slots and self._sending is None
+        return not self._core.in_flight and self._sending is None
 
     def close(self, event: str, level: int = logging.WARNING, **fields: Any) -> None:
         if self._closed:
