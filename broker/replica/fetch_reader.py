@@ -13,7 +13,7 @@ Theory of operation
 -------------------
 A fetch is read once at once (``read()``); it is answered now when it has ``min_bytes``, when some
 partition must answer at once (an error or a diverging epoch: ``FetchResult.answers_now``) or when no
-wait is allowed (``max_wait_ms <= 0``). Otherwise a ``broker.replica.delayed_fetch.DelayedFetch`` parks it in
+wait is allowed (``max_wait_ms <= 0``). Otherwise a ``broker.replica.delayed.DelayedFetch`` parks it in
 its purgatory, keyed by partition, with a readiness check that estimates the bytes readable without
 touching the files (``broker.replica.fetch_budget.available_bytes``); when it completes (woken or expired)
 every partition is read again and answered: records are read at answer time, never held while parked.
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import TypedDict
 
 from broker.replica.codec_rules import without_zstd
-from broker.replica.delayed_fetch import DelayedFetch, FetchReadiness
+from broker.replica.delayed import DelayedFetch, DelayedOperationPurgatory, FetchReadiness
 from broker.replica.fetch_budget import FetchBudget, available_bytes
 from broker.replica.partition import (
     AlterPartitionProposal,
@@ -52,7 +52,6 @@ from broker.replica.partition import (
     PartitionError,
     Role,
 )
-from broker.replica.purgatory import DelayedOperationPurgatory
 from broker.replica.replica_requests import FetchCallback, FetchRequestPartition, FetchResult
 from metadata.image import BrokerRegistration
 from proto.errors import ErrorCode

@@ -26,9 +26,9 @@ Objects (one broker process)
   checkpoints, flush, retention.
 - ``broker.replica.partition.Partition`` per hosted partition (HW, ISR, epochs): the decisions.
 - ``broker.follower.fetcher.ReplicaFetcher`` per leader broker this broker follows partitions on.
-- Three ``broker.replica.purgatory.DelayedOperationPurgatory``s keyed by partition: ``produces``
-  (``broker.replica.delayed_produce.DelayedProduce``, acks=all), ``follower_fetches`` and
-  ``consumer_fetches`` (``broker.replica.delayed_fetch.DelayedFetch``, long polls).
+- Three ``broker.replica.delayed.DelayedOperationPurgatory``s keyed by partition: ``produces``
+  (``broker.replica.delayed.DelayedProduce``, acks=all), ``follower_fetches`` and
+  ``consumer_fetches`` (``broker.replica.delayed.DelayedFetch``, long polls).
 - The ``metadata.image.MetadataImage`` the broker follows as an observer; ``PartitionRegistration``
   gives ``leader``, ``leader_epoch``, ``partition_epoch``, ``isr``, ``replicas``.
 Everything above runs on one asyncio loop; the Kafka request handlers and the fetcher tasks only move
@@ -149,7 +149,7 @@ from broker.follower.fetcher import (
     TruncateTo,
 )
 from broker.replica.codec_rules import check_codecs
-from broker.replica.delayed_produce import DelayedProduce, ProduceOutcome, ProduceWait
+from broker.replica.delayed import DelayedOperationPurgatory, DelayedProduce, ProduceOutcome, ProduceWait
 from broker.replica.fetch_reader import FetchReader
 from broker.replica.log_manager import LogManager
 from broker.replica.offset_lookup import OffsetLookup
@@ -161,7 +161,6 @@ from broker.replica.partition import (
     ProduceCheck,
     Role,
 )
-from broker.replica.purgatory import DelayedOperationPurgatory
 from broker.replica.replica_requests import (
     FetcherControl,
     ListOffsetResult,

@@ -4,7 +4,7 @@ This is NOT the broker simulation: the seeded simulation runs the production cod
 (tests/sim/broker/cluster.py: the real ReplicaManager, Log files with crash emulation, and the real
 QuorumController). This harness keeps what the scenario tests need — deciding exactly which fetch
 answer is lost or which broker learns the metadata when — and drives the broker's pure cores
-(``Partition``, ``broker.replica.divergence``, ``broker.follower.fetcher``, ``broker.replica.purgatory``)
+(``Partition``, ``broker.replica.divergence``, ``broker.follower.fetcher``, ``broker.replica.delayed``)
 with a small stand-in
 for the rest:
 
@@ -37,7 +37,7 @@ from broker.follower.fetcher import (
     TruncateTo,
 )
 from broker.replica import divergence
-from broker.replica.delayed_produce import DelayedProduce, ProduceWait
+from broker.replica.delayed import DelayedOperationPurgatory, DelayedProduce, ProduceWait
 from broker.replica.divergence import EpochEntry
 from broker.replica.partition import (
     ACKS_ALL,
@@ -46,7 +46,6 @@ from broker.replica.partition import (
     ProduceCheck,
     Role,
 )
-from broker.replica.purgatory import DelayedOperationPurgatory
 from proto.errors import ErrorCode
 from proto.kafka_types import NO_EPOCH, NO_LEADER, TopicPartition
 

@@ -1,15 +1,20 @@
-"""The generic purgatory (broker/replica/purgatory.py) with its two operations, delayed produce and delayed
-fetch (broker/replica/delayed_produce.py, broker/replica/delayed_fetch.py), through real Partition checks
-where they apply."""
+"""The generic purgatory and its two operations, delayed produce and delayed fetch
+(broker/replica/delayed.py), through real Partition checks where they apply."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.replica.delayed_fetch import DelayedFetch, FetchReadiness
-from broker.replica.delayed_produce import DelayedProduce, ProduceOutcome, ProduceWait
+from broker.replica.delayed import (
+    DelayedFetch,
+    DelayedOperation,
+    DelayedOperationPurgatory,
+    DelayedProduce,
+    FetchReadiness,
+    ProduceOutcome,
+    ProduceWait,
+)
 from broker.replica.partition import Partition, ProduceCheck
-from broker.replica.purgatory import DelayedOperation, DelayedOperationPurgatory
 from proto.errors import ErrorCode
 
 T0, T1 = ("t", 0), ("t", 1)

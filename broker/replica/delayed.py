@@ -2,8 +2,8 @@
 ``DelayedOperation`` and ``DelayedOperationPurgatory``).
 
 Theory of operation. A ``DelayedOperation`` is a request that cannot be answered yet: an acks=all
-produce waiting for the HW (``broker.replica.delayed_produce``), a long-poll fetch waiting for data
-(``broker.replica.delayed_fetch``). It says which *keys* (partitions) it watches, decides for itself whether
+produce waiting for the HW (``DelayedProduce``), a long-poll fetch waiting for data
+(``DelayedFetch``). It says which *keys* (partitions) it watches, decides for itself whether
 it can complete (``try_complete``), and answers in ``on_complete`` — after ``on_expiration`` when its
 deadline passed first. The purgatory holds the parked operations by key and by deadline and never
 looks at a partition itself:
@@ -22,15 +22,38 @@ completes run after that call's scan, in watch order, so an answer that re-enter
 sees it consistent.
 
 Invariants (``invariants()``): every parked operation is watched by exactly its ``keys()``, no
-completed operation is parked. Not thread-safe: one driver (the broker's event loop) owns it.
+completed operation is parked. Not thread-safe: one driver (the broker's event loop) owns the
+purgatory and the operations parked in it.
+
+``DelayedProduce`` (Kafka's ``DelayedProduce``): an acks=all produce waits, for each partition it
+appended to, until the HW passes its last batch (``ProduceWait.required_offset`` = last offset + 1)
+in the leader epoch it appended in. It is answered when every partition is done — NONE,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR shrank below min.insync.replicas), or
+NOT_LEADER_OR_FOLLOWER (leadership lost): the *check* says which
+(``Partition.check_enough_replicas_reach_offset`` through the replica manager) — or at its
+deadline, when each partition still waiting gets REQUEST_TIMED_OUT. It watches only the partitions
+it still waits on, and a change on one partition checks only that one (``try_complete(key)``);
+``try_complete(None)`` checks them all (when it is first parked). Invariants: a partition is either
+waiting or has an outcome, never both; it completes with an outcome for every partition.
+
+``DelayedFetch`` (Kafka's ``DelayedFetch``), a long poll: a fetch waits until the partitions it
+reads hold at least ``min_bytes`` beyond their fetch offsets (up to the HW for a consumer, the LEO
+for a follower), until one of them must answer at once (an error, a leader change, a diverging
+epoch: the readiness check says ``complete_now``), or until ``max_wait_ms`` (then it is answered
+with what is there, possibly nothing: not an error). Any change on any of its partitions checks all
+of them (Kafka's ``DelayedFetch.tryComplete``). On completion the driver reads every partition again
+and answers (``on_done``): the records are read at answer time, never kept while parked.
 """
 
 from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from proto.errors import ErrorCode
 
 K = TypeVar("K", bound=Hashable)
 
@@ -164,3 +187,128 @@ class DelayedOperationPurgatory(Generic[K]):
         for key, ids in self._by_key.items():
             for operation_id in ids:
                 assert key in self._watched.get(operation_id, ()), f"{key} watched by done {operation_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceWait:
+    """One partition of a delayed produce: the HW must reach ``required_offset`` in ``leader_epoch``."""
+
+    required_offset: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceOutcome:
+    code: ErrorCode
+    message: str = ""
+
+
+class ProduceStatus(Protocol):
+    """What a produce check answers for one partition: ``broker.replica.partition.ProduceCheck``."""
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def code(self) -> ErrorCode: ...
+    @property
+    def message(self) -> str: ...
+
+
+ProduceCheckFn = Callable[[K, int, int], ProduceStatus]  # (tp, required_offset, leader_epoch)
+
+
+class DelayedProduce(DelayedOperation[K]):
+    """An acks=all produce waiting on ``waits``; ``on_done(outcomes)`` answers it."""
+
+    def __init__(
+        self,
+        deadline_ms: int,
+        waits: Mapping[K, ProduceWait],
+        check: ProduceCheckFn[K],
+        on_done: Callable[[dict[K, ProduceOutcome]], None],
+        already_done: Mapping[K, ProduceOutcome] | None = None,
+    ) -> None:
+        """``already_done``: partitions answered at append time (errors), so that the answer covers
+        the whole request."""
+        super().__init__(deadline_ms)
+        self.waiting = dict(waits)
+        self.outcomes: dict[K, ProduceOutcome] = dict(already_done or {})
+        self._check = check
+        self._on_done = on_done
+
+    def keys(self) -> list[K]:
+        return list(self.waiting)
+
+    def try_complete(self, key: K | None) -> bool:
+        for tp in list(self.waiting) if key is None else [key]:
+            if tp in self.waiting:
+                self._check_partition(tp)
+        return not self.waiting
+
+    def _check_partition(self, tp: K) -> None:
+        wait = self.waiting[tp]
+        status = self._check(tp, wait.required_offset, wait.leader_epoch)
+        if status.done:
+            self.outcomes[tp] = ProduceOutcome(status.code, status.message)
+            del self.waiting[tp]
+
+    def on_expiration(self) -> None:
+        for tp, wait in self.waiting.items():
+            self.outcomes[tp] = ProduceOutcome(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{_name(tp)}: the HW did not reach {wait.required_offset} before the request timeout; "
+                "the records were appended on the leader and may still be committed",
+            )
+        self.waiting.clear()
+
+    def on_complete(self) -> None:
+        assert not self.waiting, f"produce completed while waiting on {self.waiting}"
+        self._on_done(self.outcomes)
+
+
+def _name(tp: Hashable) -> str:
+    return f"{tp[0]}-{tp[1]}" if isinstance(tp, tuple) else str(tp)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReadiness:
+    """What a fetch check answers for one partition: bytes readable now, or answer immediately."""
+
+    available_bytes: int
+    complete_now: bool = False
+
+
+FetchCheckFn = Callable[[K, int], FetchReadiness]  # (tp, fetch_offset)
+
+
+class DelayedFetch(DelayedOperation[K]):
+    """A fetch of ``fetch_offsets`` waiting for ``min_bytes``; ``on_done()`` reads and answers it."""
+
+    def __init__(
+        self,
+        deadline_ms: int,
+        min_bytes: int,
+        fetch_offsets: Mapping[K, int],
+        check: FetchCheckFn[K],
+        on_done: Callable[[], None],
+    ) -> None:
+        super().__init__(deadline_ms)
+        self.min_bytes = min_bytes
+        self.fetch_offsets = dict(fetch_offsets)
+        self._check = check
+        self._on_done = on_done
+
+    def keys(self) -> list[K]:
+        return list(self.fetch_offsets)
+
+    def try_complete(self, key: K | None) -> bool:
+        total_bytes = 0
+        for tp, fetch_offset in self.fetch_offsets.items():
+            readiness = self._check(tp, fetch_offset)
+            if readiness.complete_now:  # any partition that must answer now completes the fetch
+                return True
+            total_bytes += readiness.available_bytes
+        return total_bytes >= self.min_bytes
+
+    def on_complete(self) -> None:
+        self._on_done()
