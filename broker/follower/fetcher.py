@@ -34,6 +34,9 @@ An answer is applied only if the partition's state is still the one the request 
 (same fetch offset and leader epoch, not removed meanwhile): a late or duplicated response is
 ignored, as in Kafka. Only one request is outstanding at a time.
 
+The action types and ``LocalLogView`` are in ``broker.replica.follower_actions`` (the replica manager
+applies them; the replica wing does not import this one).
+
 Pure: no clocks or sockets; records are opaque to the fetcher. Not thread-safe: one driver owns it.
 """
 
@@ -44,7 +47,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from broker.replica import divergence
-from broker.replica.divergence import EpochEndOffset, EpochEntry
+from broker.replica.divergence import EpochEndOffset
+from broker.replica.follower_actions import (
+    AppendRecords,
+    BackedOff,
+    Fenced,
+    FetchAction,
+    LocalLogView,
+    TruncateFullyAndStartAt,
+    TruncateTo,
+)
 from proto.errors import ErrorCode
 from proto.kafka_types import TopicPartition
 
@@ -94,59 +106,6 @@ class FetchedPartition:
     diverging_epoch: EpochEndOffset | None = None
     records: object = b""  # opaque: whole batches from the request's fetch offset
     message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class LocalLogView:
-    """What the fetcher needs to know of the local log to compute a truncation."""
-
-    epoch_entries: tuple[EpochEntry, ...]
-    log_end_offset: int
-    high_watermark: int
-
-
-@dataclass(frozen=True, slots=True)
-class AppendRecords:
-    topic_partition: TopicPartition
-    records: object
-    leader_high_watermark: int
-    leader_log_start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class TruncateTo:
-    """Truncate the local log to ``offset``. ``repeated`` counts how many times in a row the leader gave
-    this same answer to this same position (0: the first time); from 1 on the truncation makes no
-    progress, the partition is backed off and the driver warns once, at 1."""
-
-    topic_partition: TopicPartition
-    offset: int
-    reason: str
-    repeated: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TruncateFullyAndStartAt:
-    topic_partition: TopicPartition
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class Fenced:
-    """The leader says this replica's leader epoch is stale: wait for the metadata log."""
-
-    topic_partition: TopicPartition
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class BackedOff:
-    topic_partition: TopicPartition
-    code: ErrorCode
-    message: str
-
-
-FetchAction = AppendRecords | TruncateTo | TruncateFullyAndStartAt | Fenced | BackedOff
 
 
 class ReplicaFetcher:

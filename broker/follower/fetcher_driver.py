@@ -40,15 +40,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from broker.follower.fetcher import (
-    FetchedPartition,
-    FetcherConfig,
-    FetchRequestPlan,
-    ReplicaFetcher,
-    TruncateTo,
-)
+from broker.follower.fetcher import FetchedPartition, FetcherConfig, FetchRequestPlan, ReplicaFetcher
 from broker.follower.kafka_client import KafkaConnection, KafkaConnectionError
 from broker.replica.divergence import EpochEndOffset
+from broker.replica.follower_actions import TruncateTo
 from broker.replica.replica_manager import ReplicaManager
 from proto import errors
 from proto.clock import monotonic_ms

@@ -139,7 +139,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import cast
 
-from broker.follower.fetcher import (
+from broker.replica.codec_rules import check_codecs
+from broker.replica.delayed import DelayedOperationPurgatory, DelayedProduce, ProduceOutcome, ProduceWait
+from broker.replica.fetch_reader import FetchReader
+from broker.replica.follower_actions import (
     AppendRecords,
     BackedOff,
     Fenced,
@@ -148,9 +151,6 @@ from broker.follower.fetcher import (
     TruncateFullyAndStartAt,
     TruncateTo,
 )
-from broker.replica.codec_rules import check_codecs
-from broker.replica.delayed import DelayedOperationPurgatory, DelayedProduce, ProduceOutcome, ProduceWait
-from broker.replica.fetch_reader import FetchReader
 from broker.replica.log_manager import LogManager
 from broker.replica.offset_lookup import OffsetLookup
 from broker.replica.partition import (

@@ -140,10 +140,7 @@ NODE_MODULES = {
     "broker/metadata_listener.py",  # follow and replay the metadata log, publish it to the wings
 }
 # Back-edges still being removed; each names why it exists. The list may only shrink.
-KNOWN_BACK_EDGES: set[tuple[str, str]] = {
-    # the replica manager applies the fetcher's actions (AppendRecords, TruncateTo, ...)
-    ("broker/replica/replica_manager.py", "broker/follower"),
-}
+KNOWN_BACK_EDGES: set[tuple[str, str]] = set()
 
 
 def broker_wing_of(rel: str) -> str | None:

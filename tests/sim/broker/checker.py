@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.follower.fetcher import AppendRecords, FetchAction, TruncateFullyAndStartAt, TruncateTo
+from broker.replica.follower_actions import AppendRecords, FetchAction, TruncateFullyAndStartAt, TruncateTo
 from broker.replica.partition import Partition, Role
 from broker.replica.replica_requests import FetchResult
 from metadata.image import PartitionRegistration

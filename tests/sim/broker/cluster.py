@@ -39,17 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from broker.follower.fetcher import (
-    FetchedPartition,
-    FetcherConfig,
-    FetchRequestPlan,
-    ReplicaFetcher,
-    TruncateFullyAndStartAt,
-    TruncateTo,
-)
+from broker.follower.fetcher import FetchedPartition, FetcherConfig, FetchRequestPlan, ReplicaFetcher
 from broker.follower.fetcher_driver import fetch_answers, fetch_request, session_partitions
 from broker.kafka.handlers.context import BrokerServices
 from broker.kafka.handlers.replica_fetch import fetch_response, resolve_session, session_items
+from broker.replica.follower_actions import TruncateFullyAndStartAt, TruncateTo
 from broker.replica.partition import ACKS_ALL, ACKS_LEADER, AlterPartitionProposal
 from broker.replica.replica_manager import (
     ProduceRequestPartition,

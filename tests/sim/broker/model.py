@@ -24,21 +24,23 @@ import hashlib
 from dataclasses import dataclass, field
 
 from broker.follower.fetcher import (
-    AppendRecords,
-    BackedOff,
-    Fenced,
-    FetchAction,
     FetchedPartition,
     FetcherConfig,
     FetchRequestPartition,
     FetchRequestPlan,
-    LocalLogView,
     ReplicaFetcher,
-    TruncateTo,
 )
 from broker.replica import divergence
 from broker.replica.delayed import DelayedOperationPurgatory, DelayedProduce, ProduceWait
 from broker.replica.divergence import EpochEntry
+from broker.replica.follower_actions import (
+    AppendRecords,
+    BackedOff,
+    Fenced,
+    FetchAction,
+    LocalLogView,
+    TruncateTo,
+)
 from broker.replica.partition import (
     ACKS_ALL,
     AlterPartitionProposal,

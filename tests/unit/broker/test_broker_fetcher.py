@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from broker.follower.fetcher import (
+from broker.follower.fetcher import FetchedPartition, FetcherConfig, FetchRequestPartition, ReplicaFetcher
+from broker.replica.divergence import EpochEndOffset, EpochEntry
+from broker.replica.follower_actions import (
     AppendRecords,
     BackedOff,
     Fenced,
-    FetchedPartition,
-    FetcherConfig,
-    FetchRequestPartition,
     LocalLogView,
-    ReplicaFetcher,
     TruncateFullyAndStartAt,
     TruncateTo,
 )
-from broker.replica.divergence import EpochEndOffset, EpochEntry
 from proto.errors import ErrorCode
 
 TP, TP2 = ("t", 0), ("t", 1)

@@ -11,9 +11,10 @@ import logging
 import struct
 from collections.abc import Callable
 
-from broker.follower.fetcher import FetcherConfig, LocalLogView, TruncateTo
+from broker.follower.fetcher import FetcherConfig
 from broker.follower.fetcher_driver import FetcherManager
 from broker.replica.divergence import EpochEntry
+from broker.replica.follower_actions import LocalLogView, TruncateTo
 from proto import errors
 from proto.kafka import messages as m
 from proto.kafka.api import encode_response, parse_request
