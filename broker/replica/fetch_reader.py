@@ -1,8 +1,8 @@
 """Serving Fetch: reading the hosted logs for consumers and followers, and parking long polls.
 
 Kafka's ``ReplicaManager.fetchMessages`` / ``readFromLog`` with its ``DelayedFetch`` wiring, cut out of
-``broker.replica.replica_manager.ReplicaManager``, which owns a ``FetchReader`` and exposes its
-``fetch_for_consumer`` and ``fetch_for_follower`` as its own (the bound methods: no delegating frame).
+``broker.replica.replica_manager.ReplicaManager``, which owns a ``FetchReader`` and whose
+``fetch_for_consumer`` and ``fetch_for_follower`` call it.
 The reader holds no state of its own: it reads the manager's partitions, logs and topic ids (the same
 dicts, shared, never copied) and parks fetches in the manager's two fetch purgatories; what it asks of
 the manager (is the partition hosted, who leads it, the image's broker registration, the HW moved,

@@ -3,8 +3,8 @@ OffsetsForLeaderEpoch and DescribeProducers.
 
 Kafka's ``ReplicaManager.fetchOffset`` / ``Partition.fetchOffsetForTimestamp`` (ListOffsets),
 ``lastOffsetForLeaderEpoch`` and ``describeProducers``, cut out of
-``broker.replica.replica_manager.ReplicaManager``, which owns an ``OffsetLookup`` and exposes its
-``list_offset``, ``offsets_for_leader_epoch`` and ``producer_entries`` as its own (the bound methods).
+``broker.replica.replica_manager.ReplicaManager``, which owns an ``OffsetLookup`` and whose
+``list_offset``, ``offsets_for_leader_epoch`` and ``producer_entries`` call it.
 Like ``broker.replica.fetch_reader`` it holds no state of its own: it reads the manager's partitions and logs
 (the same dicts, shared) and asks the manager whether a partition is hosted (``check_hosted``, which
 reads the current metadata image). It changes nothing. Synchronous, on the broker's event loop.

@@ -11,9 +11,9 @@ out through two callbacks: ``FetcherControl`` (start / stop following a partitio
 given when they were parked; ``on_deadline`` asks the driver for a wake-up at the earliest purgatory
 deadline (the only timer: there is no polling loop). Its request and answer values are in
 ``broker.replica.replica_requests``; serving Fetch (reading for consumers and followers, parking long polls)
-in ``broker.replica.fetch_reader.FetchReader``, which it owns and whose ``fetch_for_consumer`` and
-``fetch_for_follower`` it exposes as its own; ListOffsets, OffsetsForLeaderEpoch and DescribeProducers
-in ``broker.replica.offset_lookup.OffsetLookup``, exposed the same way; a fetch's size accounting in
+in ``broker.replica.fetch_reader.FetchReader``, which it owns and which its ``fetch_for_consumer`` and
+``fetch_for_follower`` call; ListOffsets, OffsetsForLeaderEpoch and DescribeProducers in
+``broker.replica.offset_lookup.OffsetLookup``, called the same way; a fetch's size accounting in
 ``broker.replica.fetch_budget``; the KIP-110 codec rules in ``broker.replica.codec_rules``.
 
 The plan below fixes the order of effects; each step names the core call that decides and the
@@ -141,6 +141,7 @@ from typing import cast
 
 from broker.replica.codec_rules import check_codecs
 from broker.replica.delayed import DelayedOperationPurgatory, DelayedProduce, ProduceOutcome, ProduceWait
+from broker.replica.divergence import EpochEndOffset
 from broker.replica.fetch_reader import FetchReader
 from broker.replica.follower_actions import (
     AppendRecords,
@@ -162,7 +163,9 @@ from broker.replica.partition import (
     Role,
 )
 from broker.replica.replica_requests import (
+    FetchCallback,
     FetcherControl,
+    FetchRequestPartition,
     ListOffsetResult,
     ProduceCallback,
     ProduceRequestPartition,
@@ -175,7 +178,7 @@ from proto.kafka_types import NO_EPOCH, NO_LEADER, NO_OFFSET, NO_TIMESTAMP, Topi
 from proto.runtime.logfmt import log_event
 from storage.log import Log
 from storage.log_validator import AppendOrigin
-from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, Reject
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Duplicate, ProducerEntry, Reject
 from storage.producer_state_log import producer_batch
 
 log = logging.getLogger(__name__)
@@ -230,17 +233,10 @@ class ReplicaManager:
             registered_broker=self._registered_broker, high_watermark_moved=self._high_watermark_moved,
             send_alter_partition=send_alter_partition, on_deadline=on_deadline,
         )  # fmt: skip
-        # The Fetch entry points are the reader's own bound methods, same signatures (no delegating frame
-        # on the hot path): handlers, the simulation and tests call ``manager.fetch_for_consumer``.
-        self.fetch_for_consumer = self.fetch_reader.fetch_for_consumer
-        self.fetch_for_follower = self.fetch_reader.fetch_for_follower
-        # ListOffsets, OffsetsForLeaderEpoch and DescribeProducers, likewise the lookup's bound methods.
+        # ListOffsets, OffsetsForLeaderEpoch and DescribeProducers over the same partitions and logs.
         self.offset_lookup = OffsetLookup(
             partitions=self.partitions, logs=self.logs, check_hosted=self._check_hosted
         )
-        self.list_offset = self.offset_lookup.list_offset
-        self.offsets_for_leader_epoch = self.offset_lookup.offsets_for_leader_epoch
-        self.producer_entries = self.offset_lookup.producer_entries
         # Called with (tp, is_leader, leader_epoch) on every new role of a hosted partition, and
         # (tp, False, NO_EPOCH) when it stops; the group coordinator loads/unloads __consumer_offsets.
         self.role_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
@@ -531,6 +527,62 @@ class ReplicaManager:
                 f"replicas {list(reg.replicas)}); refresh metadata",
             )
         return None
+
+    # ---- fetch and offset lookups (served by the reader and the lookup) ------------------------------
+
+    def fetch_for_consumer(
+        self,
+        items: list[FetchRequestPartition],
+        max_bytes: int,
+        min_bytes: int,
+        max_wait_ms: int,
+        now_ms: int,
+        callback: FetchCallback,
+        *,
+        zstd_allowed: bool = True,
+        file_slices: bool = False,
+    ) -> None:
+        """A consumer's Fetch: ``FetchReader.fetch_for_consumer``."""
+        self.fetch_reader.fetch_for_consumer(
+            items, max_bytes, min_bytes, max_wait_ms, now_ms, callback,
+            zstd_allowed=zstd_allowed, file_slices=file_slices,
+        )  # fmt: skip
+
+    def fetch_for_follower(
+        self,
+        replica_id: int,
+        broker_epoch: int,
+        items: list[FetchRequestPartition],
+        max_bytes: int,
+        min_bytes: int,
+        max_wait_ms: int,
+        now_ms: int,
+        callback: FetchCallback,
+        clock_ms: Callable[[], int],
+        *,
+        file_slices: bool = False,
+    ) -> None:
+        """A follower's Fetch, on the leader: ``FetchReader.fetch_for_follower``."""
+        self.fetch_reader.fetch_for_follower(
+            replica_id, broker_epoch, items, max_bytes, min_bytes, max_wait_ms, now_ms, callback, clock_ms,
+            file_slices=file_slices,
+        )  # fmt: skip
+
+    def list_offset(
+        self, tp: TopicPartition, spec: str, timestamp_ms: int, current_leader_epoch: int | None
+    ) -> ListOffsetResult:
+        """ListOffsets for one partition: ``OffsetLookup.list_offset``."""
+        return self.offset_lookup.list_offset(tp, spec, timestamp_ms, current_leader_epoch)
+
+    def offsets_for_leader_epoch(
+        self, tp: TopicPartition, current_leader_epoch: int | None, leader_epoch: int
+    ) -> tuple[PartitionError | None, EpochEndOffset]:
+        """OffsetsForLeaderEpoch for one partition: ``OffsetLookup.offsets_for_leader_epoch``."""
+        return self.offset_lookup.offsets_for_leader_epoch(tp, current_leader_epoch, leader_epoch)
+
+    def producer_entries(self, tp: TopicPartition) -> tuple[PartitionError | None, list[ProducerEntry]]:
+        """DescribeProducers for one partition: ``OffsetLookup.producer_entries``."""
+        return self.offset_lookup.producer_entries(tp)
 
     # ---- DeleteRecords --------------------------------------------------------------------------
 
