@@ -53,7 +53,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from proto.errors import ErrorCode
+from proto.errors import ApiError, ErrorCode
 
 K = TypeVar("K", bound=Hashable)
 
@@ -197,21 +197,13 @@ class ProduceWait:
     leader_epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceOutcome:
-    code: ErrorCode
-    message: str = ""
-
-
 class ProduceStatus(Protocol):
     """What a produce check answers for one partition: ``broker.replica.partition.ProduceCheck``."""
 
     @property
     def done(self) -> bool: ...
     @property
-    def code(self) -> ErrorCode: ...
-    @property
-    def message(self) -> str: ...
+    def error(self) -> ApiError: ...
 
 
 ProduceCheckFn = Callable[[K, int, int], ProduceStatus]  # (tp, required_offset, leader_epoch)
@@ -225,14 +217,14 @@ class DelayedProduce(DelayedOperation[K]):
         deadline_ms: int,
         waits: Mapping[K, ProduceWait],
         check: ProduceCheckFn[K],
-        on_done: Callable[[dict[K, ProduceOutcome]], None],
-        already_done: Mapping[K, ProduceOutcome] | None = None,
+        on_done: Callable[[dict[K, ApiError]], None],
+        already_done: Mapping[K, ApiError] | None = None,
     ) -> None:
         """``already_done``: partitions answered at append time (errors), so that the answer covers
         the whole request."""
         super().__init__(deadline_ms)
         self.waiting = dict(waits)
-        self.outcomes: dict[K, ProduceOutcome] = dict(already_done or {})
+        self.outcomes: dict[K, ApiError] = dict(already_done or {})
         self._check = check
         self._on_done = on_done
 
@@ -249,12 +241,12 @@ class DelayedProduce(DelayedOperation[K]):
         wait = self.waiting[tp]
         status = self._check(tp, wait.required_offset, wait.leader_epoch)
         if status.done:
-            self.outcomes[tp] = ProduceOutcome(status.code, status.message)
+            self.outcomes[tp] = status.error
             del self.waiting[tp]
 
     def on_expiration(self) -> None:
         for tp, wait in self.waiting.items():
-            self.outcomes[tp] = ProduceOutcome(
+            self.outcomes[tp] = ApiError(
                 ErrorCode.REQUEST_TIMED_OUT,
                 f"{_name(tp)}: the HW did not reach {wait.required_offset} before the request timeout; "
                 "the records were appended on the leader and may still be committed",

@@ -49,12 +49,11 @@ from broker.replica.partition import (
     ConsumerFetchResult,
     FollowerFetchResult,
     Partition,
-    PartitionError,
     Role,
 )
 from broker.replica.replica_requests import FetchCallback, FetchRequestPartition, FetchResult
 from metadata.image import BrokerRegistration
-from proto.errors import ErrorCode
+from proto.errors import ApiError, ErrorCode
 from proto.kafka_types import NO_EPOCH, TopicPartition
 from storage.log import Log
 
@@ -70,7 +69,7 @@ class FetchReader:
         topic_ids: dict[str, str],
         follower_fetches: DelayedOperationPurgatory[TopicPartition],
         consumer_fetches: DelayedOperationPurgatory[TopicPartition],
-        check_hosted: Callable[[TopicPartition], PartitionError | None],
+        check_hosted: Callable[[TopicPartition], ApiError | None],
         leader_of: Callable[[TopicPartition], tuple[int, int]],
         registered_broker: Callable[[int], BrokerRegistration | None],
         high_watermark_moved: Callable[[TopicPartition], None],
@@ -170,11 +169,11 @@ class FetchReader:
         self._fetch(items, min_bytes, max_wait_ms, now_ms, callback, read, self.follower_fetches,
                     self._follower_readiness)  # fmt: skip
 
-    def _stale_broker_epoch(self, replica_id: int, broker_epoch: int) -> PartitionError | None:
+    def _stale_broker_epoch(self, replica_id: int, broker_epoch: int) -> ApiError | None:
         broker = self._registered_broker(replica_id)
         # NO_EPOCH: a Fetch below v15 carries no broker epoch (KIP-903), so there is nothing to check
         if broker is not None and broker_epoch != NO_EPOCH and broker_epoch < broker.broker_epoch:
-            return PartitionError(
+            return ApiError(
                 ErrorCode.STALE_BROKER_EPOCH,
                 f"broker {replica_id} fetched with broker epoch {broker_epoch}, older than the registered "
                 f"{broker.broker_epoch}: a previous incarnation is still running",

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from broker.replica.divergence import EpochEndOffset
-from broker.replica.partition import Partition, PartitionError
+from broker.replica.partition import Partition
 from broker.replica.replica_requests import ListOffsetResult
-from proto.errors import ErrorCode
+from proto.errors import ApiError, ErrorCode
 from proto.kafka_types import NO_EPOCH, NO_OFFSET, TopicPartition
 from storage.log import Log
 from storage.producer_state import ProducerEntry
@@ -42,7 +42,7 @@ class OffsetLookup:
         *,
         partitions: dict[TopicPartition, Partition],
         logs: dict[TopicPartition, Log],
-        check_hosted: Callable[[TopicPartition], PartitionError | None],
+        check_hosted: Callable[[TopicPartition], ApiError | None],
     ) -> None:
         # The manager's own dicts (mutated in place there, never replaced).
         self.partitions = partitions
@@ -65,35 +65,36 @@ class OffsetLookup:
             error = partition.check_leader(current_leader_epoch)
         if error is not None or partition is None:
             assert error is not None
-            return ListOffsetResult(error.code, error.message)
+            return ListOffsetResult(error)
         plog = self.logs[tp]
         if spec == "EARLIEST":
             offset = plog.log_start_offset
-            return ListOffsetResult(ErrorCode.NONE, offset=offset, leader_epoch=self._epoch_at(plog, offset))
+            return ListOffsetResult(offset=offset, leader_epoch=self._epoch_at(plog, offset))
         lagging = _high_watermark_lagging(tp, partition)
         if spec == "LATEST":
             if lagging is not None:
                 return lagging
             return ListOffsetResult(
-                ErrorCode.NONE, offset=partition.high_watermark, leader_epoch=partition.leader_epoch
+                offset=partition.high_watermark, leader_epoch=partition.leader_epoch
             )
         if spec == "MAX_TIMESTAMP":  # KIP-734, limited to the HW like every timestamp lookup
             found = plog.max_timestamp_and_offset()
         elif timestamp_ms < 0:
-            return ListOffsetResult(ErrorCode.INVALID_REQUEST, f"timestamp_ms {timestamp_ms} must be >= 0")
+            message = f"timestamp_ms {timestamp_ms} must be >= 0"
+            return ListOffsetResult(ApiError(ErrorCode.INVALID_REQUEST, message))
         else:
             found = plog.offset_for_timestamp(timestamp_ms)
         if found is None or found.offset >= partition.high_watermark:
             # Kafka's answer: offset -1, timestamp -1 — unless the HW is not known yet
-            return lagging if lagging is not None else ListOffsetResult(ErrorCode.NONE)
+            return lagging if lagging is not None else ListOffsetResult()
         return ListOffsetResult(
-            ErrorCode.NONE, offset=found.offset, timestamp_ms=found.timestamp,
+            offset=found.offset, timestamp_ms=found.timestamp,
             leader_epoch=self._epoch_at(plog, found.offset),
         )  # fmt: skip
 
     def offsets_for_leader_epoch(
         self, tp: TopicPartition, current_leader_epoch: int | None, leader_epoch: int
-    ) -> tuple[PartitionError | None, EpochEndOffset]:
+    ) -> tuple[ApiError | None, EpochEndOffset]:
         error = self._check_hosted(tp)
         if error is not None:
             return error, EpochEndOffset(NO_EPOCH, NO_OFFSET)
@@ -101,7 +102,7 @@ class OffsetLookup:
             current_leader_epoch, leader_epoch, self.logs[tp].leader_epoch_cache.entries
         )
 
-    def producer_entries(self, tp: TopicPartition) -> tuple[PartitionError | None, list[ProducerEntry]]:
+    def producer_entries(self, tp: TopicPartition) -> tuple[ApiError | None, list[ProducerEntry]]:
         """DescribeProducers, on the leader: the idempotent producers the partition remembers."""
         error = self._check_hosted(tp)
         partition = self.partitions.get(tp)
@@ -122,9 +123,9 @@ def _high_watermark_lagging(tp: TopicPartition, partition: Partition) -> ListOff
     epoch_start = partition.leader_epoch_start_offset
     if epoch_start <= partition.high_watermark:
         return None
-    return ListOffsetResult(
+    return ListOffsetResult(ApiError(
         ErrorCode.OFFSET_NOT_AVAILABLE,
         f"{tp[0]}-{tp[1]}: the leader's high watermark {partition.high_watermark} is behind the start "
         f"offset {epoch_start} of its leader epoch {partition.leader_epoch}; retry once the followers "
         "have fetched in the new epoch",
-    )
+    ))  # fmt: skip

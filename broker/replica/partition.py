@@ -34,7 +34,7 @@ watermark is, whether a request's leader epoch is current, and which ISR change 
   Within a leader epoch the HW never falls (``invariants``).
 
 Every public method leaves the object valid or changes nothing: peers' mistakes come back as a
-``PartitionError``; an inconsistent call from the driver or the controller is an assertion.
+``ApiError``; an inconsistent call from the driver or the controller is an assertion.
 Not thread-safe: one driver owns each ``Partition``.
 """
 
@@ -47,10 +47,9 @@ from dataclasses import dataclass
 from broker.replica import divergence
 from broker.replica.divergence import EpochEndOffset, EpochEntry
 from metadata.image import BrokerRegistration, isr_ineligibility
-from proto.errors import ErrorCode
-from proto.kafka_types import NO_EPOCH, NO_LEADER
+from proto.errors import OK, ApiError, ErrorCode
+from proto.kafka_types import NO_EPOCH, NO_LEADER, NO_OFFSET
 
-UNKNOWN_OFFSET = -1
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 VALID_ACKS = (ACKS_NONE, ACKS_LEADER, ACKS_ALL)
 # AlterPartition errors after which the leader may propose again at once (Kafka retries these);
@@ -65,19 +64,13 @@ class Role(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionError:
-    code: ErrorCode
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
 class RemoteReplicaState:
     """The leader's view of one follower (Kafka's ``ReplicaState``)."""
 
     replica_id: int
-    log_end_offset: int = UNKNOWN_OFFSET
+    log_end_offset: int = NO_OFFSET
     last_caught_up_time_ms: int = 0
-    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
+    last_fetch_leader_log_end_offset: int = NO_OFFSET
     last_fetch_time_ms: int = 0
     broker_epoch: int = NO_EPOCH
 
@@ -115,11 +108,11 @@ class FollowerFetchResult:
     (``high_watermark_advanced_from`` is the old HW) and sends ``isr_proposal`` if any.
     """
 
-    error: PartitionError | None = None
+    error: ApiError | None = None
     diverging_epoch: EpochEndOffset | None = None
-    high_watermark: int = UNKNOWN_OFFSET
-    log_start_offset: int = UNKNOWN_OFFSET
-    log_end_offset: int = UNKNOWN_OFFSET
+    high_watermark: int = NO_OFFSET
+    log_start_offset: int = NO_OFFSET
+    log_end_offset: int = NO_OFFSET
     high_watermark_advanced_from: int | None = None
     isr_proposal: AlterPartitionProposal | None = None
 
@@ -132,7 +125,7 @@ class ConsumerFetchResult:
     There are no transactions, so the last stable offset is the high watermark.
     """
 
-    error: PartitionError | None
+    error: ApiError | None
     diverging_epoch: EpochEndOffset | None
     high_watermark: int
     log_start_offset: int
@@ -145,11 +138,10 @@ class ConsumerFetchResult:
 
 @dataclass(frozen=True, slots=True)
 class ProduceCheck:
-    """Whether a delayed acks=all produce may be answered: ``done`` with ``code`` (NONE on success)."""
+    """Whether a delayed acks=all produce may be answered: ``done`` with ``error`` (``OK`` on success)."""
 
     done: bool
-    code: ErrorCode = ErrorCode.NONE
-    message: str = ""
+    error: ApiError = OK
 
 
 PRODUCE_PENDING = ProduceCheck(done=False)
@@ -190,7 +182,7 @@ class Partition:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.high_watermark = 0
-        self.leader_epoch_start_offset = UNKNOWN_OFFSET
+        self.leader_epoch_start_offset = NO_OFFSET
         self._remote: dict[int, RemoteReplicaState] = {}
         self._high_watermark_floor = (NO_EPOCH, 0)  # (epoch, lowest legal HW in it) for invariants()
 
@@ -273,7 +265,7 @@ class Partition:
         self.role, self.leader_id, self.leader_epoch = Role.FOLLOWER, leader_id, leader_epoch
         self.partition_epoch, self.replicas, self.isr = partition_epoch, tuple(replicas), frozenset(isr)
         self.pending_isr, self._remote = None, {}
-        self.leader_epoch_start_offset = UNKNOWN_OFFSET
+        self.leader_epoch_start_offset = NO_OFFSET
         self.log_start_offset, self.log_end_offset = log_start_offset, log_end_offset
         self.high_watermark = min(max(self.high_watermark, high_watermark, log_start_offset), log_end_offset)
         self._note_high_watermark()
@@ -300,42 +292,42 @@ class Partition:
 
     # ---- request validation ----------------------------------------------------------------------
 
-    def check_leader_epoch(self, current_leader_epoch: int | None) -> PartitionError | None:
+    def check_leader_epoch(self, current_leader_epoch: int | None) -> ApiError | None:
         """FENCED_LEADER_EPOCH for a stale epoch, UNKNOWN_LEADER_EPOCH for a newer one; None is accepted."""
         if current_leader_epoch is None or current_leader_epoch == self.leader_epoch:
             return None
         if current_leader_epoch < self.leader_epoch:
-            return PartitionError(
+            return ApiError(
                 ErrorCode.FENCED_LEADER_EPOCH,
                 f"{self._name()}: request epoch {current_leader_epoch} is older than the leader epoch "
                 f"{self.leader_epoch}; refresh metadata",
             )
-        return PartitionError(
+        return ApiError(
             ErrorCode.UNKNOWN_LEADER_EPOCH,
             f"{self._name()}: request epoch {current_leader_epoch} is newer than this broker's "
             f"{self.leader_epoch}; retry after it catches up with the metadata log",
         )
 
-    def check_leader(self, current_leader_epoch: int | None = None) -> PartitionError | None:
+    def check_leader(self, current_leader_epoch: int | None = None) -> ApiError | None:
         """The epoch check, then NOT_LEADER_OR_FOLLOWER unless this broker leads (Kafka's order)."""
         error = self.check_leader_epoch(current_leader_epoch)
         if error is not None or self.role is Role.LEADER:
             return error
-        return PartitionError(
+        return ApiError(
             ErrorCode.NOT_LEADER_OR_FOLLOWER,
             f"{self._name()}: broker {self.local_broker_id} is not the leader (leader {self.leader_id}, "
             f"epoch {self.leader_epoch})",
         )
 
-    def check_append(self, acks: int, current_leader_epoch: int | None = None) -> PartitionError | None:
+    def check_append(self, acks: int, current_leader_epoch: int | None = None) -> ApiError | None:
         """Before a produce appends: leadership, epoch, acks, and min.insync.replicas for acks=all."""
         if acks not in VALID_ACKS:
-            return PartitionError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}; use 0, 1 or -1 (all)")
+            return ApiError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}; use 0, 1 or -1 (all)")
         error = self.check_leader(current_leader_epoch)
         if error is not None:
             return error
         if acks == ACKS_ALL and len(self.isr) < self.effective_min_insync_replicas:
-            return PartitionError(
+            return ApiError(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
                 f"{self._name()}: ISR {sorted(self.isr)} has {len(self.isr)} replicas, fewer than "
                 f"{self._min_insync_replicas_text()}; nothing was appended",
@@ -357,21 +349,19 @@ class Partition:
     def check_enough_replicas_reach_offset(self, required_offset: int, leader_epoch: int) -> ProduceCheck:
         """For a delayed acks=all produce appended in ``leader_epoch`` up to ``required_offset``."""
         if self.role is not Role.LEADER or self.leader_epoch != leader_epoch:
-            return ProduceCheck(
-                True,
+            return ProduceCheck(True, ApiError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"{self._name()}: leadership of epoch {leader_epoch} was lost before the HW reached "
                 f"{required_offset}; the records may or may not be kept",
-            )
+            ))  # fmt: skip
         if self.high_watermark < required_offset:
             return PRODUCE_PENDING
         if len(self.maximal_isr) < self.effective_min_insync_replicas:
-            return ProduceCheck(
-                True,
+            return ProduceCheck(True, ApiError(
                 ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 f"{self._name()}: appended, but the ISR shrank to {sorted(self.maximal_isr)}, below "
                 f"{self._min_insync_replicas_text()}",
-            )
+            ))  # fmt: skip
         return ProduceCheck(True)
 
     # ---- leader: local appends, follower fetches, HW, ISR ------------------------------------------
@@ -435,7 +425,7 @@ class Partition:
 
     def handle_offsets_for_leader_epoch(
         self, current_leader_epoch: int | None, leader_epoch: int, epoch_entries: Sequence[EpochEntry]
-    ) -> tuple[PartitionError | None, EpochEndOffset]:
+    ) -> tuple[ApiError | None, EpochEndOffset]:
         """OffsetsForLeaderEpoch on the leader: the largest epoch <= ``leader_epoch`` and its end."""
         error = self.check_leader(current_leader_epoch)
         if error is not None:
@@ -475,18 +465,18 @@ class Partition:
 
     def _check_follower_fetch(
         self, replica_id: int, fetch_offset: int, current_leader_epoch: int, broker_epoch: int
-    ) -> PartitionError | None:
+    ) -> ApiError | None:
         error = self.check_leader(current_leader_epoch)
         if error is not None:
             return error
         remote = self._remote.get(replica_id)
         if remote is None:
-            return PartitionError(
+            return ApiError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"{self._name()}: broker {replica_id} is not a follower (replicas {list(self.replicas)})",
             )
         if broker_epoch != NO_EPOCH and broker_epoch < remote.broker_epoch:
-            return PartitionError(
+            return ApiError(
                 ErrorCode.STALE_BROKER_EPOCH,
                 f"{self._name()}: broker {replica_id} fetched with broker epoch {broker_epoch}, "
                 f"older than {remote.broker_epoch}: a previous incarnation is still running",
@@ -495,8 +485,8 @@ class Partition:
             return self._out_of_range(fetch_offset, self.log_end_offset)
         return None
 
-    def _out_of_range(self, fetch_offset: int, end_offset: int) -> PartitionError:
-        return PartitionError(
+    def _out_of_range(self, fetch_offset: int, end_offset: int) -> ApiError:
+        return ApiError(
             ErrorCode.OFFSET_OUT_OF_RANGE,
             f"{self._name()}: fetch offset {fetch_offset} is outside [{self.log_start_offset}, {end_offset}]",
         )
@@ -569,7 +559,7 @@ class Partition:
         """A follower outside the ISR that the HW waits for (Kafka's ``shouldWaitForReplicaToJoinIsr``):
         it fetched in this leader epoch (its LEO is known), is caught up and may join the ISR."""
         return (
-            remote.log_end_offset != UNKNOWN_OFFSET
+            remote.log_end_offset != NO_OFFSET
             and self._is_caught_up(remote, now_ms)
             and self.isr_ineligibility(remote.replica_id) is None
         )

@@ -140,7 +140,7 @@ from pathlib import Path
 from typing import cast
 
 from broker.replica.codec_rules import check_codecs
-from broker.replica.delayed import DelayedOperationPurgatory, DelayedProduce, ProduceOutcome, ProduceWait
+from broker.replica.delayed import DelayedOperationPurgatory, DelayedProduce, ProduceWait
 from broker.replica.divergence import EpochEndOffset
 from broker.replica.fetch_reader import FetchReader
 from broker.replica.follower_actions import (
@@ -154,14 +154,7 @@ from broker.replica.follower_actions import (
 )
 from broker.replica.log_manager import LogManager
 from broker.replica.offset_lookup import OffsetLookup
-from broker.replica.partition import (
-    ACKS_ALL,
-    AlterPartitionProposal,
-    Partition,
-    PartitionError,
-    ProduceCheck,
-    Role,
-)
+from broker.replica.partition import ACKS_ALL, AlterPartitionProposal, Partition, ProduceCheck, Role
 from broker.replica.replica_requests import (
     FetchCallback,
     FetcherControl,
@@ -173,7 +166,7 @@ from broker.replica.replica_requests import (
 )
 from metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from proto import errors
-from proto.errors import ErrorCode
+from proto.errors import ApiError, ErrorCode
 from proto.kafka_types import NO_EPOCH, NO_LEADER, NO_OFFSET, NO_TIMESTAMP, TopicPartition
 from proto.runtime.logfmt import log_event
 from storage.log import Log
@@ -366,14 +359,14 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is None:
             message = f"{tp[0]}-{tp[1]}: no longer hosted here"
-            return ProduceCheck(True, ErrorCode.NOT_LEADER_OR_FOLLOWER, message)
+            return ProduceCheck(True, ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, message))
         return partition.check_enough_replicas_reach_offset(required_offset, leader_epoch)
 
     def _answer_produce(
         self,
         callback: ProduceCallback,
         results: dict[TopicPartition, ProduceResult],
-        outcomes: dict[TopicPartition, ProduceOutcome],
+        outcomes: dict[TopicPartition, ApiError],
     ) -> None:
         """A delayed produce completed: each partition's outcome, with the offsets found at append."""
         for tp, outcome in outcomes.items():
@@ -439,7 +432,7 @@ class ReplicaManager:
         if acks != ACKS_ALL or not waits:
             callback(results)
             return
-        already_done = {tp: ProduceOutcome(r.code, r.message) for tp, r in results.items() if r.code != 0}
+        already_done = {tp: ApiError(r.code, r.message) for tp, r in results.items() if r.code != 0}
         operation = DelayedProduce(
             now_ms + timeout_ms, waits, self._produce_check,
             lambda outcomes: self._answer_produce(callback, results, outcomes),
@@ -512,16 +505,16 @@ class ReplicaManager:
         plog = self.logs.get(tp)
         return (NO_OFFSET, NO_TIMESTAMP, plog.log_start_offset if plog else NO_OFFSET, *self._leader_of(tp))
 
-    def _check_hosted(self, tp: TopicPartition) -> PartitionError | None:
+    def _check_hosted(self, tp: TopicPartition) -> ApiError | None:
         topic = self.image.topic_by_name(tp[0])
         if topic is None or tp[1] not in topic.partitions:
-            return PartitionError(
+            return ApiError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 f"{tp[0]}-{tp[1]} does not exist; create the topic first",
             )
         if tp not in self.partitions:
             reg = topic.partitions[tp[1]]
-            return PartitionError(
+            return ApiError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"{tp[0]}-{tp[1]} is not hosted on broker {self.broker_id} (leader {reg.leader}, "
                 f"replicas {list(reg.replicas)}); refresh metadata",
@@ -576,11 +569,11 @@ class ReplicaManager:
 
     def offsets_for_leader_epoch(
         self, tp: TopicPartition, current_leader_epoch: int | None, leader_epoch: int
-    ) -> tuple[PartitionError | None, EpochEndOffset]:
+    ) -> tuple[ApiError | None, EpochEndOffset]:
         """OffsetsForLeaderEpoch for one partition: ``OffsetLookup.offsets_for_leader_epoch``."""
         return self.offset_lookup.offsets_for_leader_epoch(tp, current_leader_epoch, leader_epoch)
 
-    def producer_entries(self, tp: TopicPartition) -> tuple[PartitionError | None, list[ProducerEntry]]:
+    def producer_entries(self, tp: TopicPartition) -> tuple[ApiError | None, list[ProducerEntry]]:
         """DescribeProducers for one partition: ``OffsetLookup.producer_entries``."""
         return self.offset_lookup.producer_entries(tp)
 
@@ -599,25 +592,25 @@ class ReplicaManager:
             error = partition.check_leader()
         if error is not None or partition is None:
             assert error is not None
-            return ListOffsetResult(error.code, error.message)
+            return ListOffsetResult(error)
         if "compact" in (self.log_manager.topic_config(tp[0], "cleanup.policy") or ""):
-            return ListOffsetResult(
+            return ListOffsetResult(ApiError(
                 ErrorCode.POLICY_VIOLATION,
                 f"{tp[0]} has cleanup.policy compact: its records cannot be deleted by offset",
-            )
+            ))  # fmt: skip
         target = partition.high_watermark if offset == NO_OFFSET else offset
         if not 0 <= target <= partition.high_watermark:
-            return ListOffsetResult(
+            return ListOffsetResult(ApiError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"{tp[0]}-{tp[1]}: cannot delete records before offset {offset}: it is outside "
                 f"[0, high watermark {partition.high_watermark}] (-1 = the high watermark)",
-            )
+            ))  # fmt: skip
         plog = self.logs[tp]
         if plog.maybe_increment_log_start_offset(target):
             partition.on_log_start_offset(plog.log_start_offset)
             log_event(log, logging.INFO, "records_deleted", topic=tp[0], partition=tp[1],
                       log_start_offset=plog.log_start_offset)  # fmt: skip
-        return ListOffsetResult(ErrorCode.NONE, offset=plog.log_start_offset)
+        return ListOffsetResult(offset=plog.log_start_offset)
 
     # ---- ISR ----------------------------------------------------------------------------------
 

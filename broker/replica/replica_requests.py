@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.replica.divergence import EpochEndOffset
-from proto.errors import ErrorCode
+from proto.errors import OK, ApiError, ErrorCode
 from proto.kafka_types import NO_EPOCH, NO_LEADER, NO_OFFSET, NO_TIMESTAMP, TopicPartition
 from storage.file_slice import Records
 
@@ -87,8 +87,9 @@ class FetchResult:
 
 @dataclass(frozen=True, slots=True)
 class ListOffsetResult:
-    code: ErrorCode
-    message: str = ""
+    """ListOffsets (and DeleteRecords: ``offset`` is the new log start offset) for one partition."""
+
+    error: ApiError = OK
     offset: int = NO_OFFSET
     timestamp_ms: int = NO_TIMESTAMP
     leader_epoch: int = NO_EPOCH

@@ -626,8 +626,8 @@ def handle_delete_records(
             partitions.append(
                 m.DeleteRecordsResponseDeleteRecordsPartitionResult(
                     partition_index=p.partition_index,
-                    error_code=r.code,
-                    low_watermark=r.offset if r.code == ErrorCode.NONE else NO_OFFSET,
+                    error_code=r.error.code,
+                    low_watermark=r.offset if r.error.ok else NO_OFFSET,
                 )
             )
         topics.append(m.DeleteRecordsResponseDeleteRecordsTopicResult(name=t.name, partitions=partitions))

@@ -53,12 +53,12 @@ def _list_offset(
     r = services.manager.list_offset(
         TopicPartition(topic, p.partition_index), spec, p.timestamp, _epoch(p.current_leader_epoch)
     )
-    code = r.code
+    code = r.error.code
     if code == ErrorCode.OFFSET_NOT_AVAILABLE and version < OFFSET_NOT_AVAILABLE_VERSION:
         code = ErrorCode.LEADER_NOT_AVAILABLE
     return m.ListOffsetsResponseListOffsetsPartitionResponse(
         partition_index=p.partition_index, error_code=code,
-        old_style_offsets=[r.offset] if r.code == 0 and r.offset != NO_OFFSET else [],
+        old_style_offsets=[r.offset] if r.error.ok and r.offset != NO_OFFSET else [],
         timestamp=r.timestamp_ms, offset=r.offset, leader_epoch=r.leader_epoch,
     )  # fmt: skip
 

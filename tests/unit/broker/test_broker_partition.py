@@ -239,14 +239,14 @@ def test_delayed_produce_check() -> None:
     p = leader(isr=(LEADER, F1), min_isr=2)
     assert p.check_enough_replicas_reach_offset(8, 3).done is False
     fetch(p, F1, 9, 1)
-    assert p.check_enough_replicas_reach_offset(8, 3).code == ErrorCode.NONE
+    assert p.check_enough_replicas_reach_offset(8, 3).error.ok
     lost = p.check_enough_replicas_reach_offset(8, 2)
-    assert lost.done and lost.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert lost.done and lost.error.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     p.become_leader(3, 8, (LEADER,), REPLICAS, 10, 9, 2)
     assert p.maybe_increment_high_watermark(2) is None  # below min.insync.replicas: the HW stays
     assert p.check_enough_replicas_reach_offset(10, 3).done is False
     after = p.check_enough_replicas_reach_offset(9, 3)  # the HW passed it before the shrink
-    assert after.done and after.code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert after.done and after.error.code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
 @pytest.mark.parametrize(
@@ -502,7 +502,7 @@ def test_min_insync_replicas_above_the_replication_factor_is_capped() -> None:
     assert p.check_append(ACKS_ALL) is None
     fetch(p, F1, 10, 1)
     fetch(p, F2, 10, 2)
-    assert p.high_watermark == 10 and p.check_enough_replicas_reach_offset(10, 3).code == ErrorCode.NONE
+    assert p.high_watermark == 10 and p.check_enough_replicas_reach_offset(10, 3).error.ok
     p.become_leader(3, 8, (LEADER, F1), REPLICAS, 10, 10, 3)
     error = p.check_append(ACKS_ALL)
     assert error is not None and error.code == ErrorCode.NOT_ENOUGH_REPLICAS

@@ -11,11 +11,10 @@ from broker.replica.delayed import (
     DelayedOperationPurgatory,
     DelayedProduce,
     FetchReadiness,
-    ProduceOutcome,
     ProduceWait,
 )
 from broker.replica.partition import Partition, ProduceCheck
-from proto.errors import ErrorCode
+from proto.errors import ApiError, ErrorCode
 
 T0, T1 = ("t", 0), ("t", 1)
 LEADER, F1 = 1, 2
@@ -87,7 +86,7 @@ def test_produce_already_satisfied_completes_at_once(partitions) -> None:
         "p",
         500,
         {T0: ProduceWait(10, 5)},
-        {T1: ProduceOutcome(ErrorCode.CORRUPT_MESSAGE)},
+        {T1: ApiError(ErrorCode.CORRUPT_MESSAGE)},
     )
     assert purgatory.try_complete_else_watch(op)
     assert answers.log == [("p", {T1: ErrorCode.CORRUPT_MESSAGE, T0: ErrorCode.NONE})]
