@@ -135,7 +135,7 @@ class BrokerNode:
             producer_id_expiration_ms=settings.producer_id_expiration_ms,
         )
         self.fetchers.manager = self.manager
-        self.checkpoints = CheckpointWriter(lambda: self.manager.logs)
+        self.checkpoints = CheckpointWriter(lambda: self.manager.log_manager.logs)
         self.metrics = BrokerMetrics(self.manager)
         self.metadata = MetadataListener(
             config.node_id, config.data_dir, self.controllers, self.manager, self.metrics,
@@ -297,7 +297,9 @@ class BrokerNode:
         ]
         # compaction passes run in a worker thread (broker.replica.log_cleaner)
         if settings.log_cleaner_enable:
-            self.log_cleaner = LogCleanerDriver(lambda: self.manager.logs, settings.log_cleaner_backoff_ms)
+            self.log_cleaner = LogCleanerDriver(
+                lambda: self.manager.log_manager.logs, settings.log_cleaner_backoff_ms
+            )
             self._tasks.append(asyncio.create_task(self.log_cleaner.run(), name="log-cleaner"))
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)

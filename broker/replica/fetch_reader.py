@@ -38,7 +38,7 @@ it reads up to the LEO. The ``follower_fetches`` purgatory is woken by a leader 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypedDict
 
 from broker.replica.codec_rules import without_zstd
@@ -64,8 +64,8 @@ class FetchReader:
     def __init__(
         self,
         *,
-        partitions: dict[TopicPartition, Partition],
-        logs: dict[TopicPartition, Log],
+        partitions: Mapping[TopicPartition, Partition],
+        logs: Mapping[TopicPartition, Log],
         topic_ids: dict[str, str],
         follower_fetches: DelayedOperationPurgatory[TopicPartition],
         consumer_fetches: DelayedOperationPurgatory[TopicPartition],

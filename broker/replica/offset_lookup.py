@@ -23,7 +23,7 @@ DescribeProducers lists the idempotent producers the log's producer state rememb
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from broker.replica.divergence import EpochEndOffset
 from broker.replica.partition import Partition
@@ -40,8 +40,8 @@ class OffsetLookup:
     def __init__(
         self,
         *,
-        partitions: dict[TopicPartition, Partition],
-        logs: dict[TopicPartition, Log],
+        partitions: Mapping[TopicPartition, Partition],
+        logs: Mapping[TopicPartition, Log],
         check_hosted: Callable[[TopicPartition], ApiError | None],
     ) -> None:
         # The manager's own dicts (mutated in place there, never replaced).

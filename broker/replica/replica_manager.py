@@ -152,6 +152,7 @@ from broker.replica.follower_actions import (
     TruncateFullyAndStartAt,
     TruncateTo,
 )
+from broker.replica.hosted_partition import HostedPartition, HostedView
 from broker.replica.log_manager import LogManager
 from broker.replica.offset_lookup import OffsetLookup
 from broker.replica.partition import ACKS_ALL, AlterPartitionProposal, Partition, ProduceCheck, Role
@@ -204,13 +205,17 @@ class ReplicaManager:
             data_dir, topic_defaults=topic_defaults, clock_ms=clock_ms,
             producer_id_expiration_ms=producer_id_expiration_ms,
         )  # fmt: skip
-        self.logs = self.log_manager.logs  # the hosted logs (the log manager's; read here often)
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetchers = fetchers
         self.send_alter_partition = send_alter_partition
         self.on_deadline = on_deadline
         self.image = MetadataImage()
-        self.partitions: dict[TopicPartition, Partition] = {}
+        # The one map of the partitions held here: each one's Log and Partition (the log manager opens,
+        # closes and checkpoints the same logs). ``partitions`` and ``logs`` are read-only views of it
+        # for the readers (fetch, offset lookups, group coordinator, metrics, tests).
+        self.hosted: dict[TopicPartition, HostedPartition] = {}
+        self.partitions: HostedView[Partition] = HostedView(self.hosted, lambda h: h.partition)
+        self.logs: HostedView[Log] = HostedView(self.hosted, lambda h: h.log)
         self.topic_ids: dict[str, str] = {}  # topic name -> id, for the hosted partitions
         self._applied: dict[TopicPartition, PartitionRegistration] = {}
         # Delayed operations by partition (Kafka's three purgatories: produce, and fetch split in two
@@ -263,14 +268,15 @@ class ReplicaManager:
             listener(image)
 
     def _apply_partition(self, tp: TopicPartition, reg: PartitionRegistration, now_ms: int) -> None:
-        partition, plog = self._open(tp)
+        hosted = self._open(tp)
+        partition, plog = hosted.partition, hosted.log
         partition.min_insync_replicas = self.log_manager.min_insync_replicas(tp[0])
         plog.update_config(self.log_manager.log_config(tp[0]))  # e.g. cleanup.policy altered on a live topic
         if reg.leader == self.broker_id:
             self._become_leader(tp, partition, plog, reg, now_ms)
         else:
             self._become_follower(tp, partition, plog, reg)
-        plog.update_high_watermark(partition.high_watermark)
+        hosted.sync_high_watermark()
 
     def _become_leader(
         self, tp: TopicPartition, partition: Partition, plog: Log, reg: PartitionRegistration, now_ms: int
@@ -314,28 +320,28 @@ class ReplicaManager:
             listener(tp, is_leader, leader_epoch)
 
     def _stop_replica(self, tp: TopicPartition, delete: bool) -> None:
-        partition = self.partitions.pop(tp, None)
+        hosted = self.hosted.pop(tp, None)
         self._applied.pop(tp, None)
         self.fetchers.remove_partition(tp)
-        if partition is not None:
-            partition.stop()
+        if hosted is not None:
+            hosted.partition.stop()
         self._partition_changed(tp)
         self._notify_role(tp, False, NO_EPOCH)
         self.log_manager.remove_log(tp, delete)
         log_event(log, logging.INFO, "replica_stopped", topic=tp[0], partition=tp[1], deleted=delete)
 
-    def _open(self, tp: TopicPartition) -> tuple[Partition, Log]:
-        partition = self.partitions.get(tp)
-        if partition is None:
-            self.log_manager.get_or_create_log(tp)
+    def _open(self, tp: TopicPartition) -> HostedPartition:
+        hosted = self.hosted.get(tp)
+        if hosted is None:
+            plog = self.log_manager.get_or_create_log(tp)
             partition = Partition(
                 tp[0], tp[1], self.broker_id,
                 replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                 min_insync_replicas=self.log_manager.min_insync_replicas(tp[0]),
                 broker_lookup=self._registered_broker,
             )  # fmt: skip
-            self.partitions[tp] = partition
-        return partition, self.logs[tp]
+            hosted = self.hosted[tp] = HostedPartition(tp, plog, partition)
+        return hosted
 
     def _registered_broker(self, broker_id: int) -> BrokerRegistration | None:
         """The broker's registration in the current image (ISR eligibility, KIP-903 broker epochs)."""
@@ -345,7 +351,7 @@ class ReplicaManager:
 
     def _high_watermark_moved(self, tp: TopicPartition) -> None:
         """The leader's HW moved: persist it in memory, answer acks=all produces and consumer fetches."""
-        self.logs[tp].update_high_watermark(self.partitions[tp].high_watermark)
+        self.hosted[tp].sync_high_watermark()
         self.produces.check_and_complete(tp)
         self.consumer_fetches.check_and_complete(tp)
 
@@ -457,7 +463,8 @@ class ReplicaManager:
         if error is not None or partition is None:
             assert error is not None
             return ProduceResult(error.code, error.message, *self._leader_tail(tp)), None
-        plog = self.logs[tp]
+        hosted = self.hosted[tp]
+        plog = hosted.log
         try:
             check_codecs(item.records, tp, zstd_allowed)
             # Kafka's order: the batches' own checks, then the producer state, then the write.
@@ -474,10 +481,10 @@ class ReplicaManager:
             if isinstance(verdict, Reject):
                 return ProduceResult(verdict.code, verdict.message, *self._leader_tail(tp)), None
             # The log records the batches in its producer state as it appends them.
-            info = plog.append_validated_as_leader(valid, partition.leader_epoch)
+            info, high_watermark_moved = hosted.append_as_leader(valid, now_ms)
         except errors.KafkaError as exc:
             return ProduceResult(ErrorCode(exc.code), exc.message, *self._leader_tail(tp)), None
-        if partition.on_local_append(plog.log_end_offset, now_ms) is not None:
+        if high_watermark_moved:
             self._high_watermark_moved(tp)
         self.follower_fetches.check_and_complete(tp)
         result = ProduceResult(
@@ -606,8 +613,7 @@ class ReplicaManager:
                 f"[0, high watermark {partition.high_watermark}] (-1 = the high watermark)",
             ))  # fmt: skip
         plog = self.logs[tp]
-        if plog.maybe_increment_log_start_offset(target):
-            partition.on_log_start_offset(plog.log_start_offset)
+        if self.hosted[tp].increment_log_start_offset(target):
             log_event(log, logging.INFO, "records_deleted", topic=tp[0], partition=tp[1],
                       log_start_offset=plog.log_start_offset)  # fmt: skip
         return ListOffsetResult(offset=plog.log_start_offset)
@@ -666,40 +672,24 @@ class ReplicaManager:
     def apply_fetch_action(self, action: FetchAction) -> None:
         """Apply one answer of the leader to the local log and replication state (a follower)."""
         tp = action.topic_partition
-        partition, plog = self.partitions.get(tp), self.logs.get(tp)
-        if partition is None or plog is None or partition.role is not Role.FOLLOWER:
+        hosted = self.hosted.get(tp)
+        if hosted is None or hosted.partition.role is not Role.FOLLOWER:
             return
         if isinstance(action, AppendRecords):
-            self._append_as_follower(tp, partition, plog, action)
+            hosted.append_as_follower(
+                action.records, action.leader_high_watermark, action.leader_log_start_offset
+            )
         elif isinstance(action, TruncateTo):
-            if plog.truncate_to(action.offset):  # the log rebuilds its producer state
+            if hosted.truncate_to(action.offset):
                 log_event(log, logging.INFO, "log_truncated", topic=tp[0], partition=tp[1],
-                          log_end_offset=plog.log_end_offset, reason=action.reason)  # fmt: skip
-            if plog.log_start_offset != partition.log_start_offset:
-                partition.on_local_truncate_fully(plog.log_start_offset)
-            else:
-                partition.on_local_truncate(plog.log_end_offset)
+                          log_end_offset=hosted.log.log_end_offset, reason=action.reason)  # fmt: skip
         elif isinstance(action, TruncateFullyAndStartAt):
             log_event(log, logging.INFO, "log_restarted", topic=tp[0], partition=tp[1], offset=action.offset,
                       reason="behind the leader's log start")  # fmt: skip
-            plog.truncate_fully_and_start_at(action.offset)
-            partition.on_local_truncate_fully(action.offset)
+            hosted.truncate_fully_and_start_at(action.offset)
         elif isinstance(action, (Fenced, BackedOff)):
             log_event(log, logging.DEBUG, "fetch_state", topic=tp[0], partition=tp[1], action=action)
-        plog.update_high_watermark(partition.high_watermark)
-
-    def _append_as_follower(
-        self, tp: TopicPartition, partition: Partition, plog: Log, action: AppendRecords
-    ) -> None:
-        records = action.records
-        if records:
-            plog.append_as_follower(records)  # type: ignore[arg-type]
-            partition.on_local_append(plog.log_end_offset)  # a follower's HW is the leader's word
-        partition.update_follower_high_watermark(action.leader_high_watermark)
-        plog.update_high_watermark(partition.high_watermark)
-        start = min(action.leader_log_start_offset, partition.high_watermark)
-        if start > plog.log_start_offset and plog.maybe_increment_log_start_offset(start):
-            partition.on_log_start_offset(plog.log_start_offset)
+        hosted.sync_high_watermark()
 
     # ---- durability and shutdown -----------------------------------------------------------------
 
@@ -711,7 +701,7 @@ class ReplicaManager:
         offsets. Returns the number of segments deleted."""
         deleted = self.log_manager.delete_old_segments()
         for tp in deleted:
-            self.partitions[tp].on_log_start_offset(self.logs[tp].log_start_offset)
+            self.hosted[tp].log_start_offset_moved()
         return sum(deleted.values())
 
     def close(self) -> None:
@@ -721,18 +711,12 @@ class ReplicaManager:
             self._partition_changed(tp)
         self.expire(2**62)
         self.log_manager.close()
-        self.partitions.clear()
+        self.hosted.clear()
 
     def invariants(self) -> None:
         for purgatory in (self.produces, self.follower_fetches, self.consumer_fetches):
             purgatory.invariants()
-        for tp, partition in self.partitions.items():
-            partition.invariants()
-            plog = self.logs[tp]
-            assert plog.high_watermark == partition.high_watermark, (
-                f"{tp}: log HW {plog.high_watermark} != partition HW {partition.high_watermark}"
-            )
-            assert plog.log_end_offset == partition.log_end_offset, (
-                f"{tp}: log LEO {plog.log_end_offset} != partition LEO {partition.log_end_offset}"
-            )
+        for hosted in self.hosted.values():
+            hosted.partition.invariants()
+            hosted.invariants()
 

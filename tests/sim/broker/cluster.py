@@ -661,7 +661,7 @@ class SimBroker:
         for plog in self.manager.logs.values():
             for segment in [*plog._segments, *plog._retired]:
                 segment.close()
-        self.manager.logs.clear()
+        self.manager.log_manager.logs.clear()
 
     def log_may_change(self) -> None:
         """The next call may append at the log end (or truncate, which the checker sees as a lower LEO)."""
